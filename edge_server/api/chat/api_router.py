@@ -1,0 +1,21 @@
+"""HTTP route of /v1/chat/completions."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..dependencies import engine_for, parse_body
+from .protocol import ChatCompletionRequest
+from .serving import ChatServing
+
+_serving = ChatServing()
+
+
+async def create_chat_completion(request: Request) -> Response:
+    body = await parse_body(request, ChatCompletionRequest)
+    return await _serving.create(body, engine_for(request, body.model), request)
+
+
+routes = [Route("/v1/chat/completions", create_chat_completion, methods=["POST"])]

@@ -1,0 +1,103 @@
+"""Schemas of POST /v1/chat/completions (OpenAI chat, with the Novita extensions of
+../shared/api)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..protocol_common import SamplingRequest, UsageInfo
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "image_url", "video_url", "input_audio"]
+    text: str | None = None
+    image_url: dict[str, Any] | str | None = None
+    video_url: dict[str, Any] | str | None = None
+    input_audio: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _text_present(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError("a text part needs `text`")
+        return self
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content_present(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(
+                "`content` is required (it may be null only for assistant messages with tool_calls)"
+            )
+        return self
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = False
+
+
+class Tool(BaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"] = "function"
+    function: dict[str, str]
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    separate_reasoning: bool | None = False
+    enable_thinking: bool | None = True
+
+    @model_validator(mode="after")
+    def _completion_tokens_alias(self) -> ChatCompletionRequest:
+        # Newer OpenAI clients send max_completion_tokens in place of max_tokens.
+        if self.max_tokens is None and self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        return self
+
+
+class ChatResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatResponseMessage
+    logprobs: dict[str, Any] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    choices: list[ChatChoice]
+    usage: UsageInfo | None = None

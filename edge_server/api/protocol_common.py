@@ -1,0 +1,99 @@
+"""Request and response fields shared by /v1/completions and /v1/chat/completions.
+
+Ranges follow ../shared/api/FIELDS.md. Unknown fields are accepted (as OpenAI does) and
+logged by the router, never silently acted on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool | None = False
+
+
+class JSONSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str = Field(default="response", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = False
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: JSONSchemaFormat | None = None
+    # Fireworks' json_object may carry a schema of its own.
+    object_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
+class SamplingRequest(BaseModel):
+    """Fields both endpoints accept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    max_tokens: int | None = Field(default=None, ge=1)
+    context_length_exceeded_behavior: Literal["truncate", "error"] = "truncate"
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(default=1, ge=1, le=128)
+    seed: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, lt=2.0)
+    mirostat_target: float | None = Field(default=None, gt=0.0)
+    mirostat_lr: float | None = Field(default=None, gt=0.0, le=1.0)
+    logit_bias: dict[str, float] | None = None
+    stop: str | list[str] | None = None
+    include_stop_str_in_output: bool | None = False  # opt-in: keep the stop text (Novita)
+    ignore_eos: bool | None = False
+    response_format: ResponseFormat | None = None
+    user: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 4:
+            raise ValueError("at most 4 stop sequences")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (v or {}).items():
+            if not key.lstrip("-").isdigit():
+                raise ValueError(f"keys must be token ids, got {key!r}")
+            if not -100.0 <= value <= 100.0:
+                raise ValueError(f"bias for token {key} must be between -100 and 100")
+        return v
+
+    @property
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None

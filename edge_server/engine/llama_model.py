@@ -1,0 +1,207 @@
+"""One GGUF model loaded into one llama.cpp context, and its vocabulary.
+
+Everything that touches llama.cpp's model, vocabulary or context objects directly lives
+here or in `batch.py` / `sampling.py`; the scheduler only calls these wrappers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as lc
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_backend_ready = False
+_llama_log = logging.getLogger("llama.cpp")
+_LEVEL_WARN, _LEVEL_ERROR = 3, 4  # ggml_log_level
+
+
+@lc.llama_log_callback
+def _forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    # llama.cpp narrates every load at INFO on stderr; keep only its warnings and errors.
+    if level in (_LEVEL_WARN, _LEVEL_ERROR):
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if message:
+            _llama_log.log(logging.ERROR if level == _LEVEL_ERROR else logging.WARNING, message)
+
+
+def init_backend() -> None:
+    """Initialise llama.cpp's backends once per process, with its log routed to ours."""
+    global _backend_ready
+    if not _backend_ready:
+        lc.llama_log_set(_forward_llama_log, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        _backend_ready = True
+
+
+class ModelLoadError(RuntimeError):
+    """The file is missing, unreadable or not a GGUF model llama.cpp can load."""
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    n_ctx: int = 0  # 0: the model's training context, capped at 8192
+    n_seq_max: int = 64  # sequence ids the KV cache tracks (slots plus sibling choices)
+    n_batch: int = 512  # tokens per llama_decode call
+    n_threads: int = 0  # 0: one per CPU core
+    n_gpu_layers: int = -1  # -1: offload every layer where a GPU backend exists
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+class Vocab:
+    """Tokenizer and token metadata of a loaded model, with per-token pieces cached."""
+
+    def __init__(self, vocab_ptr: lc.llama_vocab_p) -> None:
+        self.ptr = vocab_ptr
+        self.n_tokens: int = lc.llama_vocab_n_tokens(vocab_ptr)
+        self.bos: int = lc.llama_vocab_bos(vocab_ptr)
+        self.eos: int = lc.llama_vocab_eos(vocab_ptr)
+        self.add_bos: bool = bool(lc.llama_vocab_get_add_bos(vocab_ptr))
+        # Pieces as bytes: a token may hold part of a UTF-8 character.
+        self.pieces: list[bytes] = [self._piece(t, special=False) for t in range(self.n_tokens)]
+        self.is_eog = np.array(
+            [bool(lc.llama_vocab_is_eog(vocab_ptr, t)) for t in range(self.n_tokens)], dtype=bool
+        )
+        self.eog_tokens: list[int] = [int(t) for t in np.flatnonzero(self.is_eog)]
+        self.fim = {
+            "pre": lc.llama_vocab_fim_pre(vocab_ptr),
+            "suf": lc.llama_vocab_fim_suf(vocab_ptr),
+            "mid": lc.llama_vocab_fim_mid(vocab_ptr),
+        }
+
+    def _piece(self, token: int, *, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        """The token rendered for display, special tokens included."""
+        return self._piece(token, special=True).decode("utf-8", errors="replace")
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buf = (lc.llama_token * capacity)()
+        n = lc.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (lc.llama_token * capacity)()
+            n = lc.llama_tokenize(
+                self.ptr, data, len(data), buf, capacity, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.pieces[t] for t in tokens).decode("utf-8", errors="replace")
+
+    def is_valid(self, token: int) -> bool:
+        return 0 <= token < self.n_tokens
+
+
+class LlamaModel:
+    """A GGUF file loaded with one context whose KV cache is shared by all sequences."""
+
+    def __init__(self, path: Path, settings: ContextSettings) -> None:
+        init_backend()
+        if not path.is_file():
+            raise ModelLoadError(f"model file not found: {path}")
+        self.path = path
+        mparams = lc.llama_model_default_params()
+        if settings.n_gpu_layers >= 0:
+            mparams.n_gpu_layers = settings.n_gpu_layers
+        else:
+            mparams.n_gpu_layers = 999
+        model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load {path.name}")
+        self.model = model
+        self.vocab = Vocab(lc.llama_model_get_vocab(model))
+        self.n_ctx_train: int = lc.llama_model_n_ctx_train(model)
+
+        n_ctx = settings.n_ctx or min(self.n_ctx_train, 8192)
+        threads = settings.n_threads or default_threads()
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = settings.n_batch
+        cparams.n_ubatch = settings.n_batch
+        cparams.n_seq_max = min(settings.n_seq_max, lc.llama_max_parallel_sequences())
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        # One KV buffer for every sequence: a long request may use what short ones leave.
+        cparams.kv_unified = True
+        cparams.no_perf = True
+        ctx = lc.llama_init_from_model(model, cparams)
+        if not ctx:
+            lc.llama_model_free(model)
+            raise ModelLoadError(f"llama.cpp could not create a context for {path.name}")
+        self.ctx = ctx
+        self.memory = lc.llama_get_memory(ctx)
+        self.n_ctx: int = lc.llama_n_ctx(ctx)
+        self.n_batch: int = lc.llama_n_batch(ctx)
+        self.n_seq_max: int = lc.llama_n_seq_max(ctx)
+        self.n_threads = threads
+        self.metadata = self._read_metadata()
+        self.description = self._describe()
+        log.info(
+            "loaded %s: n_ctx=%d n_seq_max=%d threads=%d",
+            path.name,
+            self.n_ctx,
+            self.n_seq_max,
+            threads,
+        )
+
+    def _read_metadata(self) -> dict[str, str]:
+        meta: dict[str, str] = {}
+        buf = ctypes.create_string_buffer(1 << 20)
+        for i in range(lc.llama_model_meta_count(self.model)):
+            n = lc.llama_model_meta_key_by_index(self.model, i, buf, len(buf))
+            if n < 0:
+                continue
+            key = buf.value.decode("utf-8", errors="replace")
+            n = lc.llama_model_meta_val_str_by_index(self.model, i, buf, len(buf))
+            if n < 0:
+                continue
+            meta[key] = buf.value.decode("utf-8", errors="replace")
+        return meta
+
+    def _describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self.model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.metadata.get("tokenizer.chat_template")
+
+    # --- KV cache per sequence -------------------------------------------------------
+
+    def seq_remove(self, seq_id: int, start: int = -1, end: int = -1) -> bool:
+        return bool(lc.llama_memory_seq_rm(self.memory, seq_id, start, end))
+
+    def seq_copy(self, src: int, dst: int) -> None:
+        lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
+    def logits_row(self, batch_index: int) -> np.ndarray:
+        """The logits of one output row of the last decode, as a numpy view (no copy)."""
+        ptr = lc.llama_get_logits_ith(self.ctx, batch_index)
+        return np.ctypeslib.as_array(ptr, shape=(self.vocab.n_tokens,))
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            lc.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            lc.llama_model_free(self.model)
+            self.model = None

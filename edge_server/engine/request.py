@@ -1,0 +1,99 @@
+"""What the engine is asked to do, and what it reports back.
+
+These types are the whole interface between the HTTP layer and the engine: the engine
+knows nothing of HTTP or of the OpenAI schemas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from .sampling import SamplingParams
+
+
+@dataclass
+class GenerationRequest:
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: list[str] = field(default_factory=list)
+    include_stop: bool = False  # keep the matched stop string in the text
+    n: int = 1  # choices sharing this prompt's KV cache
+
+
+@dataclass
+class ChoiceDelta:
+    """New text of one choice since its last delta; finish_reason set on its last one."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class EngineError(RuntimeError):
+    """A request the engine could not serve; `status` suggests the HTTP answer."""
+
+    def __init__(self, message: str, *, status: int = 503, code: str = "engine_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class EngineOverloaded(EngineError):
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message, status=429, code="server_overloaded")
+        self.retry_after = retry_after
+
+
+_DONE = object()
+
+
+class RequestHandle:
+    """The caller's side of a submitted request: an async stream of deltas, and cancel()."""
+
+    def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> None:
+        self.request = request
+        self.usage = Usage(prompt_tokens=len(request.prompt_tokens))
+        self.cancelled = False
+        self._loop = loop
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._finished = False
+
+    # Engine thread side --------------------------------------------------------------
+
+    def post(self, items: list[object]) -> None:
+        """Called from the engine thread: hand a step's deltas (or an error) to the loop."""
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, items)
+
+    # Event loop side -----------------------------------------------------------------
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    async def deltas(self) -> AsyncIterator[ChoiceDelta]:
+        """Yields every delta until all choices finish; raises EngineError on failure."""
+        while not self._finished:
+            items = await self._queue.get()
+            assert isinstance(items, list)
+            for item in items:
+                if item is _DONE:
+                    self._finished = True
+                elif isinstance(item, EngineError):
+                    self._finished = True
+                    raise item
+                else:
+                    assert isinstance(item, ChoiceDelta)
+                    yield item
+
+
+DONE_MARKER = _DONE

@@ -1,0 +1,127 @@
+"""Per-sequence sampler chains built in C from a request's sampling parameters."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+import llama_cpp as lc
+
+from .llama_model import Vocab
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    mirostat_target: float | None = None  # mirostat v2 tau
+    mirostat_lr: float | None = None  # mirostat v2 eta
+    ignore_eos: bool = False
+    grammar: str | None = None  # GBNF, root rule "root"
+
+    @property
+    def uses_penalties(self) -> bool:
+        return (
+            self.frequency_penalty != 0.0
+            or self.presence_penalty != 0.0
+            or self.repetition_penalty != 1.0
+        )
+
+    @property
+    def uses_mirostat(self) -> bool:
+        return self.mirostat_target is not None or self.mirostat_lr is not None
+
+
+class GrammarError(ValueError):
+    """llama.cpp refused to parse a grammar."""
+
+
+class SamplerChain:
+    """Owns one llama_sampler chain; sampling and acceptance run in C."""
+
+    def __init__(self, params: SamplingParams, vocab: Vocab, *, n_ctx: int, seed: int) -> None:
+        self.params = params
+        chain_params = lc.llama_sampler_chain_default_params()
+        chain_params.no_perf = True
+        self.ptr = lc.llama_sampler_chain_init(chain_params)
+        self._penalties: lc.llama_sampler_p | None = None
+        try:
+            self._build(params, vocab, n_ctx=n_ctx, seed=seed)
+        except Exception:
+            self.close()
+            raise
+
+    def _add(self, sampler: lc.llama_sampler_p | None) -> lc.llama_sampler_p:
+        if not sampler:
+            raise GrammarError("llama.cpp could not build this sampler")
+        lc.llama_sampler_chain_add(self.ptr, sampler)
+        return sampler
+
+    def _build(self, p: SamplingParams, vocab: Vocab, *, n_ctx: int, seed: int) -> None:
+        if p.grammar is not None:
+            self._add(lc.llama_sampler_init_grammar(vocab.ptr, p.grammar.encode(), b"root"))
+        bias = dict(p.logit_bias)
+        if p.ignore_eos:
+            for token in vocab.eog_tokens:
+                bias[token] = float("-inf")
+        if bias:
+            arr = (lc.llama_logit_bias * len(bias))()
+            for i, (token, value) in enumerate(bias.items()):
+                arr[i].token = token
+                arr[i].bias = value
+            self._add(lc.llama_sampler_init_logit_bias(vocab.n_tokens, len(bias), arr))
+        if p.uses_penalties:
+            self._penalties = self._add(
+                lc.llama_sampler_init_penalties(
+                    vocab.n_tokens,
+                    n_ctx,
+                    p.repetition_penalty,
+                    p.frequency_penalty,
+                    p.presence_penalty,
+                )
+            )
+        if p.temperature <= 0.0:
+            self._add(lc.llama_sampler_init_greedy())
+            return
+        if p.uses_mirostat:
+            tau = 1.5 if p.mirostat_target is None else p.mirostat_target
+            eta = 0.1 if p.mirostat_lr is None else p.mirostat_lr
+            self._add(lc.llama_sampler_init_temp(p.temperature))
+            self._add(lc.llama_sampler_init_mirostat_v2(seed, tau, eta))
+            return
+        if p.top_k > 0:
+            self._add(lc.llama_sampler_init_top_k(p.top_k))
+        if p.top_p < 1.0:
+            self._add(lc.llama_sampler_init_top_p(p.top_p, 1))
+        if p.min_p > 0.0:
+            self._add(lc.llama_sampler_init_min_p(p.min_p, 1))
+        self._add(lc.llama_sampler_init_temp(p.temperature))
+        self._add(lc.llama_sampler_init_dist(seed))
+
+    def prime(self, prompt_tokens: list[int]) -> None:
+        """Let the penalties see the prompt, as repetition penalty is documented to."""
+        if self._penalties is not None:
+            for token in prompt_tokens:
+                lc.llama_sampler_accept(self._penalties, token)
+
+    def sample(self, ctx: lc.llama_context_p, batch_row: int) -> int:
+        return int(lc.llama_sampler_sample(self.ptr, ctx, batch_row))
+
+    def close(self) -> None:
+        if self.ptr:
+            lc.llama_sampler_free(self.ptr)
+            self.ptr = None
+
+
+def resolve_seed(seed: int | None) -> int:
+    """A 32-bit seed for llama.cpp's RNG; a fresh random one when the request gives none."""
+    if seed is None:
+        return secrets.randbits(32) & 0xFFFFFFFE  # 0xFFFFFFFF means "random" to llama.cpp
+    return seed & 0xFFFFFFFF

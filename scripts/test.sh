@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up everything on a fresh machine, then lints and runs the test suite against the
+# real default model. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_venv.sh
+install_project ".[test]"
+.venv/bin/ruff check edge_server tests scripts
+exec .venv/bin/python -m pytest "$@"

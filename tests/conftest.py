@@ -1,0 +1,115 @@
+"""Starts the real server (uvicorn on 127.0.0.1) on the real default model, once per run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def v1(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(
+    tmp: Path,
+    *args: str,
+    name: str = "server",
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+) -> RunningServer:
+    port = free_port()
+    log_path = tmp / f"{name}-{port}.log"
+    cmd = [sys.executable, "-m", "edge_server", "serve", "--port", str(port), *args]
+    process = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
+    if wait:
+        wait_healthy(server)
+    return server
+
+
+def wait_healthy(server: RunningServer, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{server.log_text()}")
+        try:
+            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"server not healthy in {timeout}s:\n{server.log_text()}")
+
+
+def stop_server(server: RunningServer) -> int:
+    server.process.terminate()
+    try:
+        return server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        return server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(
+        tmp_path_factory.mktemp("server"), "--parallel", "4", "--ctx-size", "4096"
+    )
+    yield running
+    stop_server(running)
+    assert "Traceback" not in running.log_text(), running.log_text()
+
+
+@pytest.fixture()
+def http(server: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture()
+def client(server: RunningServer):  # type: ignore[no-untyped-def]
+    import openai
+
+    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture()
+def async_client(server: RunningServer):  # type: ignore[no-untyped-def]
+    import openai
+
+    return openai.AsyncOpenAI(base_url=server.v1, api_key="unused", max_retries=0)
