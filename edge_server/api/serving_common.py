@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -16,9 +17,12 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from ..engine import ChoiceDelta, Engine, EngineError, GenerationRequest, SamplingParams, Usage
+from ..engine.json_grammar import ANY_JSON_OBJECT, SchemaError, grammar_for_schema, unenforced
 from ..engine.request import RequestHandle
 from .errors import APIError, from_engine_error, invalid
 from .protocol_common import PromptTokensDetails, SamplingRequest, UsageInfo
+
+log = logging.getLogger(__name__)
 
 
 def new_id(prefix: str) -> str:
@@ -27,6 +31,35 @@ def new_id(prefix: str) -> str:
 
 def now() -> int:
     return int(time.time())
+
+
+def response_grammar(req: SamplingRequest) -> str | None:
+    """The GBNF grammar that response_format asks for, or None for free text."""
+    fmt = req.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        schema, strict = fmt.object_schema, False
+    else:
+        if fmt.json_schema is None:
+            raise invalid("response_format.json_schema", "json_schema needs a `json_schema` object")
+        schema, strict = fmt.json_schema.json_schema, bool(fmt.json_schema.strict)
+    if schema is None:
+        return ANY_JSON_OBJECT
+    return schema_grammar(schema, strict=strict, param="response_format")
+
+
+def schema_grammar(schema: dict[str, Any], *, strict: bool, param: str) -> str:
+    gaps = unenforced(schema)
+    if gaps and strict:
+        raise invalid(param, "strict schemas may not use keywords this server cannot "
+                      f"enforce: {', '.join(gaps)}", "unsupported_schema")
+    if gaps:
+        log.info("best effort: schema keywords not enforced: %s", gaps)
+    try:
+        return grammar_for_schema(schema)
+    except SchemaError as exc:
+        raise invalid(param, str(exc), "unsupported_schema") from exc
 
 
 def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
@@ -49,6 +82,7 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
         mirostat_target=req.mirostat_target,
         mirostat_lr=req.mirostat_lr,
         ignore_eos=bool(req.ignore_eos),
+        grammar=response_grammar(req),
     )
 
 

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from .logprobs import TokenLogprob
 from .sampling import SamplingParams
 
 
@@ -21,6 +22,8 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     include_stop: bool = False  # keep the matched stop string in the text
     n: int = 1  # choices sharing this prompt's KV cache
+    logprobs: int | None = None  # None: none; k: chosen token's logprob plus the top k
+    prompt_logprobs: bool = False  # also score every prompt token (echo with logprobs)
 
 
 @dataclass
@@ -31,6 +34,7 @@ class ChoiceDelta:
     text: str
     token_ids: list[int]
     finish_reason: str | None = None
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass
@@ -65,6 +69,8 @@ class RequestHandle:
         self.request = request
         self.usage = Usage(prompt_tokens=len(request.prompt_tokens))
         self.cancelled = False
+        # With prompt_logprobs: one entry per prompt token, None for the first.
+        self.prompt_logprobs: list[TokenLogprob | None] = []
         self._loop = loop
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._finished = False

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import secrets
 from dataclasses import dataclass, field
 
 import llama_cpp as lc
+import numpy as np
 
 from .llama_model import Vocab
 
@@ -43,8 +45,18 @@ class GrammarError(ValueError):
     """llama.cpp refused to parse a grammar."""
 
 
+# Matches struct llama_token_data {int32 id; float logit; float p;}.
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+
 class SamplerChain:
-    """Owns one llama_sampler chain; sampling and acceptance run in C."""
+    """Owns one llama_sampler chain; sampling and acceptance run in C.
+
+    A grammar is kept out of the chain: checking all ~50k candidates against it costs
+    more than decoding a token. The chain samples first, the grammar checks just that
+    token, and only a rejected token makes the grammar filter the whole vocabulary
+    (llama.cpp's common sampler does the same).
+    """
 
     def __init__(self, params: SamplingParams, vocab: Vocab, *, n_ctx: int, seed: int) -> None:
         self.params = params
@@ -52,6 +64,8 @@ class SamplerChain:
         chain_params.no_perf = True
         self.ptr = lc.llama_sampler_chain_init(chain_params)
         self._penalties: lc.llama_sampler_p | None = None
+        self._grammar: lc.llama_sampler_p | None = None
+        self._n_vocab = vocab.n_tokens
         try:
             self._build(params, vocab, n_ctx=n_ctx, seed=seed)
         except Exception:
@@ -66,7 +80,13 @@ class SamplerChain:
 
     def _build(self, p: SamplingParams, vocab: Vocab, *, n_ctx: int, seed: int) -> None:
         if p.grammar is not None:
-            self._add(lc.llama_sampler_init_grammar(vocab.ptr, p.grammar.encode(), b"root"))
+            grammar = lc.llama_sampler_init_grammar(vocab.ptr, p.grammar.encode(), b"root")
+            if not grammar:
+                raise GrammarError("llama.cpp could not parse the grammar")
+            self._grammar = grammar
+            self._candidates = np.zeros(vocab.n_tokens, dtype=_TOKEN_DATA)
+            self._ids = np.arange(vocab.n_tokens, dtype=np.int32)
+            self._one = np.zeros(1, dtype=_TOKEN_DATA)
         bias = dict(p.logit_bias)
         if p.ignore_eos:
             for token in vocab.eog_tokens:
@@ -112,12 +132,54 @@ class SamplerChain:
                 lc.llama_sampler_accept(self._penalties, token)
 
     def sample(self, ctx: lc.llama_context_p, batch_row: int) -> int:
-        return int(lc.llama_sampler_sample(self.ptr, ctx, batch_row))
+        if self._grammar is None:
+            return int(lc.llama_sampler_sample(self.ptr, ctx, batch_row))
+        logits = np.ctypeslib.as_array(
+            lc.llama_get_logits_ith(ctx, batch_row), shape=(self._n_vocab,)
+        )
+        token = self._pick(logits, grammar_first=False)
+        if not self._grammar_allows(token):
+            token = self._pick(logits, grammar_first=True)
+        lc.llama_sampler_accept(self._grammar, token)
+        lc.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def _apply(self, sampler: lc.llama_sampler_p, data: np.ndarray) -> int:
+        array = lc.llama_token_data_array(
+            data=data.ctypes.data_as(ctypes.POINTER(lc.llama_token_data)),
+            size=len(data),
+            selected=-1,
+            sorted=False,
+        )
+        lc.llama_sampler_apply(sampler, ctypes.byref(array))
+        return int(array.selected)
+
+    def _pick(self, logits: np.ndarray, *, grammar_first: bool) -> int:
+        data = self._candidates
+        data["logit"] = logits
+        data["p"] = 0.0
+        data["id"] = self._ids  # samplers reorder candidates in place
+        if grammar_first:
+            assert self._grammar is not None
+            self._apply(self._grammar, data)
+        selected = self._apply(self.ptr, data)
+        return int(data["id"][selected])
+
+    def _grammar_allows(self, token: int) -> bool:
+        one = self._one
+        one["id"] = token
+        one["logit"] = 0.0
+        assert self._grammar is not None
+        self._apply(self._grammar, one)
+        return bool(np.isfinite(one["logit"][0]))
 
     def close(self) -> None:
         if self.ptr:
             lc.llama_sampler_free(self.ptr)
             self.ptr = None
+        if self._grammar:
+            lc.llama_sampler_free(self._grammar)
+            self._grammar = None
 
 
 def resolve_seed(seed: int | None) -> int:

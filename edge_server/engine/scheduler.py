@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .batch import DecodeBatch
 from .llama_model import LlamaModel
+from .logprobs import TokenLogprob, token_logprob
 from .request import (
     DONE_MARKER,
     ChoiceDelta,
@@ -181,17 +182,20 @@ class Scheduler:
                         choice.next_token, choice.position, choice.seq_id, logits=True
                     )
                     decoding.append((job, choice))
-        prefill_spans: list[tuple[_Job, int]] = []
+        prefill_spans: list[tuple[_Job, int, int]] = []
         for job in self._jobs:
             if not job.prefilling or batch.free == 0:
                 continue
             prompt = job.request.prompt_tokens
             end = min(len(prompt), job.prefill_at + batch.free)
             last = end == len(prompt)
+            first_row = batch.size
             row = batch.add_span(
                 prompt[job.prefill_at : end], job.prefill_at, job.slot.seq_id, logits_last=last
             )
-            prefill_spans.append((job, end))
+            if job.request.prompt_logprobs:
+                batch.want_logits[first_row : row + 1] = 1
+            prefill_spans.append((job, end, first_row))
             if last:
                 job.prompt_row = row
 
@@ -202,7 +206,9 @@ class Scheduler:
             self._on_decode_failure(status)
             return
 
-        for job, end in prefill_spans:
+        for job, end, first_row in prefill_spans:
+            if job.request.prompt_logprobs:
+                self._score_prompt(job, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
             if not job.prefilling:
@@ -211,7 +217,7 @@ class Scheduler:
             if choice.seq_id == job.slot.seq_id:
                 job.slot.cached.append(choice.next_token)
             choice.position += 1
-            self._on_token(job, choice, choice.sampler.sample(self.model.ctx, choice.row))
+            self._on_token(job, choice, choice.row)
         self._finish_done_jobs()
 
     def _start_choices(self, job: _Job) -> None:
@@ -221,31 +227,55 @@ class Scheduler:
                 self.model.seq_copy(job.slot.seq_id, choice.seq_id)
             choice.position = len(job.request.prompt_tokens)
         for choice in job.choices:
-            self._on_token(job, choice, choice.sampler.sample(self.model.ctx, job.prompt_row))
+            self._on_token(job, choice, job.prompt_row)
 
-    def _on_token(self, job: _Job, choice: _Choice, token: int) -> None:
+    def _score_prompt(self, job: _Job, end: int, first_row: int) -> None:
+        """Scores prompt tokens: row of token j holds the distribution of token j+1."""
+        handle, prompt, top_n = job.handle, job.request.prompt_tokens, job.request.logprobs or 0
+        if job.prefill_at == 0:
+            handle.prompt_logprobs.append(None)  # the first token has no context
+        for j in range(job.prefill_at, min(end, len(prompt) - 1)):
+            row = first_row + (j - job.prefill_at)
+            handle.prompt_logprobs.append(
+                token_logprob(self.model.logits_row(row), prompt[j + 1], top_n)
+            )
+
+    def _on_token(self, job: _Job, choice: _Choice, row: int) -> None:
+        token = choice.sampler.sample(self.model.ctx, row)
         request = job.request
+        scored = (
+            [token_logprob(self.model.logits_row(row), token, request.logprobs)]
+            if request.logprobs is not None
+            else None
+        )
         if self.vocab.is_eog[token] and not request.sampling.ignore_eos:
             self._finish_choice(job, choice, "stop", [])
             return
         choice.generated += 1
         text = choice.text.push(self.vocab.pieces[token])
         if choice.text.stopped:
-            self._finish_choice(job, choice, "stop", [token], text)
+            self._finish_choice(job, choice, "stop", [token], text, scored)
         elif choice.generated >= request.max_tokens or choice.position + 1 >= self.model.n_ctx:
-            self._finish_choice(job, choice, "length", [token], text + choice.text.finish())
+            text += choice.text.finish()
+            self._finish_choice(job, choice, "length", [token], text, scored)
         else:
             choice.next_token = token
-            job.outbox.append(ChoiceDelta(choice.index, text, [token]))
+            job.outbox.append(ChoiceDelta(choice.index, text, [token], None, scored))
 
     def _finish_choice(
-        self, job: _Job, choice: _Choice, reason: str, tokens: list[int], text: str = ""
+        self,
+        job: _Job,
+        choice: _Choice,
+        reason: str,
+        tokens: list[int],
+        text: str = "",
+        scored: list[TokenLogprob] | None = None,
     ) -> None:
         if reason == "stop" and not choice.text.stopped:
             text += choice.text.finish()
         choice.finished = True
         job.handle.usage.completion_tokens += choice.generated
-        job.outbox.append(ChoiceDelta(choice.index, text, tokens, reason))
+        job.outbox.append(ChoiceDelta(choice.index, text, tokens, reason, scored))
 
     def _finish_done_jobs(self) -> None:
         done = [job for job in self._jobs if all(c.finished for c in job.choices)]
@@ -284,6 +314,8 @@ class Scheduler:
         # Keep the shared prefix, but always re-evaluate at least the last prompt token:
         # its logits are needed to sample the first token.
         keep = min(_common_prefix(slot.cached, prompt), len(prompt) - 1)
+        if request.prompt_logprobs:
+            keep = 0  # every prompt token must be scored, so every one is evaluated
         if not self.model.seq_remove(slot.seq_id, keep, -1):
             self.model.seq_remove(slot.seq_id)
             keep = 0

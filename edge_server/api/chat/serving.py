@@ -45,8 +45,6 @@ def _refuse_unimplemented(req: ChatCompletionRequest) -> None:
         raise unsupported("tool_choice", "is not supported yet")
     if req.separate_reasoning:
         raise unsupported("separate_reasoning", "is not supported yet")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise unsupported("response_format", "is not supported yet")
 
 
 def _message_text(message: ChatMessage, index: int) -> str:

@@ -49,8 +49,6 @@ def _refuse_unimplemented(req: CompletionRequest) -> None:
         raise unsupported("best_of", "is not supported yet")
     if req.images:
         raise unsupported("images", "needs a multimodal model; this one is text-only")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise unsupported("response_format", "is not supported yet")
 
 
 def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
