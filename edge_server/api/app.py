@@ -14,6 +14,7 @@ from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
 from .errors import EXCEPTION_HANDLERS
 from .models_router import routes as model_routes
+from .tokenize_router import routes as tokenize_routes
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def create_app(registry: ModelRegistry) -> Starlette:
             registry.close()
 
     app = Starlette(
-        routes=[*completion_routes, *chat_routes, *model_routes],
+        routes=[*completion_routes, *chat_routes, *model_routes, *tokenize_routes],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         lifespan=lifespan,
     )

@@ -18,6 +18,7 @@ from starlette.responses import StreamingResponse
 
 from ..engine import ChoiceDelta, Engine, EngineError, GenerationRequest, SamplingParams, Usage
 from ..engine.json_grammar import ANY_JSON_OBJECT, SchemaError, grammar_for_schema, unenforced
+from ..engine.logprobs import TokenLogprob
 from ..engine.request import RequestHandle
 from .errors import APIError, from_engine_error, invalid
 from .protocol_common import PromptTokensDetails, SamplingRequest, UsageInfo
@@ -52,8 +53,11 @@ def response_grammar(req: SamplingRequest) -> str | None:
 def schema_grammar(schema: dict[str, Any], *, strict: bool, param: str) -> str:
     gaps = unenforced(schema)
     if gaps and strict:
-        raise invalid(param, "strict schemas may not use keywords this server cannot "
-                      f"enforce: {', '.join(gaps)}", "unsupported_schema")
+        raise invalid(
+            param,
+            f"strict schemas may not use keywords this server cannot enforce: {', '.join(gaps)}",
+            "unsupported_schema",
+        )
     if gaps:
         log.info("best effort: schema keywords not enforced: %s", gaps)
     try:
@@ -172,6 +176,13 @@ class ChoiceResult:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    @property
+    def mean_logprob(self) -> float:
+        if not self.logprobs:
+            return float("-inf")
+        return sum(e.logprob for e in self.logprobs) / len(self.logprobs)
 
 
 async def collect(handle: RequestHandle, n: int) -> list[ChoiceResult]:
@@ -183,6 +194,8 @@ async def collect(handle: RequestHandle, n: int) -> list[ChoiceResult]:
             result = results[delta.index]
             parts[delta.index].append(delta.text)
             result.token_ids.extend(delta.token_ids)
+            if delta.logprobs:
+                result.logprobs.extend(delta.logprobs)
             if delta.finish_reason:
                 result.finish_reason = delta.finish_reason
     except EngineError as exc:

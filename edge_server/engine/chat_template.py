@@ -51,6 +51,7 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         # Templates that never mention a message's name drop it; we then prefix it.
+        self.renders_tools = re.search(r"\btools\b", source) is not None
         self.renders_names = re.search(r"""\.name\b|\[\s*['"]name['"]\s*\]""", source) is not None
 
     def render(

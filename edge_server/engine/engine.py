@@ -6,7 +6,6 @@ import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import llama_cpp as lc
 
@@ -59,8 +58,8 @@ class Engine:
         add = add_special and self.vocab.add_bos
         return self.vocab.tokenize(text, add_special=add, parse_special=True)
 
-    def chat_prompt(self, messages: list[dict[str, Any]], **template_vars: Any) -> list[int]:
-        text = self.chat_template.render(messages, **template_vars)
+    def tokenize_chat_text(self, text: str) -> list[int]:
+        """Tokens of a rendered chat prompt (special tokens parsed)."""
         # Templates that write the BOS text themselves must not get a second one.
         bos_text = self.chat_template.bos_token
         add_bos = not (bos_text and text.startswith(bos_text))

@@ -19,13 +19,35 @@ ANY_JSON_OBJECT = JSON_GBNF
 
 # Keywords no grammar here enforces: with strict these are refused, otherwise ignored.
 _UNENFORCED_KEYWORDS = {
-    "multipleOf", "not", "if", "then", "else", "uniqueItems", "patternProperties",
-    "dependentRequired", "dependentSchemas", "minProperties", "maxProperties", "contains",
-    "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
+    "multipleOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "uniqueItems",
+    "patternProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "minProperties",
+    "maxProperties",
+    "contains",
+    "minContains",
+    "maxContains",
+    "propertyNames",
+    "unevaluatedProperties",
     "unevaluatedItems",
 }
-_ENFORCED_FORMATS = {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4",
-                     "uuid5"}
+_ENFORCED_FORMATS = {
+    "date",
+    "time",
+    "date-time",
+    "uuid",
+    "uuid1",
+    "uuid2",
+    "uuid3",
+    "uuid4",
+    "uuid5",
+}
 _MAX_DIGITS = 15
 
 
@@ -39,8 +61,10 @@ def unenforced(schema: Any, path: str = "") -> list[str]:
         return []
     found = [f"{path}/{key}" for key in schema if key in _UNENFORCED_KEYWORDS]
     fmt = schema.get("format")
-    if isinstance(fmt, str) and fmt not in _ENFORCED_FORMATS and schema.get("type") in (
-        None, "string"
+    if (
+        isinstance(fmt, str)
+        and fmt not in _ENFORCED_FORMATS
+        and schema.get("type") in (None, "string")
     ):
         found.append(f"{path}/format={fmt}")
     pattern = schema.get("pattern")
@@ -111,23 +135,28 @@ def integer_range_rule(lo: int | None, hi: int | None) -> str:
     return "(" + " | ".join(alts) + ")"
 
 
-def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float | None, float | None, bool,
-                                                             bool]:
+def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float | None, float | None, bool, bool]:
     lo, hi = schema.get("minimum"), schema.get("maximum")
     lo_open = hi_open = False
     if isinstance(schema.get("exclusiveMinimum"), (int, float)) and not isinstance(
-            schema.get("exclusiveMinimum"), bool):
+        schema.get("exclusiveMinimum"), bool
+    ):
         lo, lo_open = schema["exclusiveMinimum"], True
     if isinstance(schema.get("exclusiveMaximum"), (int, float)) and not isinstance(
-            schema.get("exclusiveMaximum"), bool):
+        schema.get("exclusiveMaximum"), bool
+    ):
         hi, hi_open = schema["exclusiveMaximum"], True
     return lo, hi, lo_open, hi_open
 
 
 class _BoundedConverter(SchemaConverter):
     def visit(self, schema: Any, name: str) -> str:
-        if isinstance(schema, dict) and schema.get("type") in ("integer", "number") and any(
-            k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        if (
+            isinstance(schema, dict)
+            and schema.get("type") in ("integer", "number")
+            and any(
+                k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+            )
         ):
             rule_name = name or "root"
             return self._add_rule(rule_name, self._bounded_number(schema) + " space")
@@ -136,10 +165,16 @@ class _BoundedConverter(SchemaConverter):
     def _bounded_number(self, schema: dict[str, Any]) -> str:
         lo, hi, lo_open, hi_open = _bounds(schema, schema["type"] == "integer")
         # Integers inside the bounds.
-        int_lo = None if lo is None else (math.floor(lo) + 1 if lo_open and float(lo).is_integer()
-                                          else math.ceil(lo))
-        int_hi = None if hi is None else (math.ceil(hi) - 1 if hi_open and float(hi).is_integer()
-                                          else math.floor(hi))
+        int_lo = (
+            None
+            if lo is None
+            else (math.floor(lo) + 1 if lo_open and float(lo).is_integer() else math.ceil(lo))
+        )
+        int_hi = (
+            None
+            if hi is None
+            else (math.ceil(hi) - 1 if hi_open and float(hi).is_integer() else math.floor(hi))
+        )
         whole = integer_range_rule(int_lo, int_hi)
         if schema["type"] == "integer":
             return whole
@@ -156,8 +191,7 @@ class _BoundedConverter(SchemaConverter):
 @lru_cache(maxsize=256)
 def _grammar_for_schema_text(schema_text: str) -> str:
     schema = json.loads(schema_text)
-    converter = _BoundedConverter(prop_order={}, allow_fetch=False, dotall=False,
-                                  raw_pattern=False)
+    converter = _BoundedConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         schema = converter.resolve_refs(schema, "request")
         converter.visit(schema, "")

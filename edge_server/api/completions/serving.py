@@ -10,10 +10,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine import Engine, GenerationRequest
+from ...engine.logprobs import TokenLogprob
 from ...engine.request import RequestHandle
 from ..errors import invalid, unsupported
+from ..logprobs_format import completion_logprobs
 from ..serving_common import (
     SSE_DONE,
+    ChoiceResult,
     cancel_on_disconnect,
     check_prompt_tokens,
     collect,
@@ -29,7 +32,12 @@ from ..serving_common import (
     sum_usage,
     usage_info,
 )
-from .protocol import CompletionChoice, CompletionRequest, CompletionResponse
+from .protocol import (
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+)
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -40,15 +48,19 @@ class _Prompt:
     text: str  # what `echo` returns
 
 
-def _refuse_unimplemented(req: CompletionRequest) -> None:
-    if req.suffix:
-        raise unsupported("suffix", "is not supported yet")
-    if req.logprobs is not None:
-        raise unsupported("logprobs", "is not supported yet")
-    if req.best_of is not None and req.best_of != (req.n or 1):
-        raise unsupported("best_of", "is not supported yet")
+def _check_fields(req: CompletionRequest) -> None:
+    n = req.n or 1
+    if req.best_of is not None:
+        if req.best_of < n:
+            raise invalid("best_of", f"best_of ({req.best_of}) must be at least n ({n})")
+        if req.stream and req.best_of > n:
+            raise invalid("best_of", "best_of cannot be streamed")
     if req.images:
-        raise unsupported("images", "needs a multimodal model; this one is text-only")
+        raise unsupported(
+            "images", "needs a model with a multimodal projector; this one is text-only"
+        )
+    if req.suffix is not None and not isinstance(req.prompt, str):
+        raise invalid("suffix", "suffix needs a single string prompt")
 
 
 def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
@@ -64,7 +76,10 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
     prompts: list[_Prompt] = []
     for i, item in enumerate(items):
         param = "prompt" if len(items) == 1 else f"prompt[{i}]"
-        if isinstance(item, str):
+        if isinstance(item, str) and req.suffix is not None:
+            tokens = _fill_in_the_middle(item, req.suffix, engine)
+            text = item
+        elif isinstance(item, str):
             tokens = engine.tokenize(item)
             text = item
         else:
@@ -77,12 +92,33 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
     return prompts
 
 
+def _fill_in_the_middle(prefix: str, suffix: str, engine: Engine) -> list[int]:
+    """[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>: the model writes the middle."""
+    fim = engine.vocab.fim
+    if min(fim.values()) < 0:
+        raise unsupported(
+            "suffix", "needs a model with fill-in-the-middle tokens; this one has none"
+        )
+    head = [engine.vocab.bos] if engine.vocab.add_bos and engine.vocab.bos >= 0 else []
+    return [
+        *head,
+        fim["pre"],
+        *engine.tokenize(prefix, add_special=False),
+        fim["suf"],
+        *engine.tokenize(suffix, add_special=False),
+        fim["mid"],
+    ]
+
+
 class CompletionsServing:
     async def create(self, req: CompletionRequest, engine: Engine, http: Request) -> Response:
-        _refuse_unimplemented(req)
+        _check_fields(req)
         sampling = sampling_params(req, engine)
         prompts = _prompts(req, engine)
         n = req.n or 1
+        candidates = max(n, req.best_of or 1)
+        # best_of ranks candidates by mean token logprob, so it needs them scored.
+        scored = req.logprobs if req.logprobs is not None else (0 if candidates > n else None)
         requests = [
             GenerationRequest(
                 prompt_tokens=p.tokens,
@@ -90,7 +126,9 @@ class CompletionsServing:
                 sampling=sampling,
                 stop=req.stop_list,
                 include_stop=bool(req.include_stop_str_in_output),
-                n=n,
+                n=candidates,
+                logprobs=scored,
+                prompt_logprobs=bool(req.echo and req.logprobs is not None),
             )
             for p in prompts
         ]
@@ -108,14 +146,20 @@ class CompletionsServing:
                 sse_with_errors(self._stream(req, engine, http, prompts, handles, meta))
             )
         async with cancel_on_disconnect(http, handles):
-            results = await asyncio.gather(*(collect(h, n) for h in handles))
+            results = await asyncio.gather(*(collect(h, candidates) for h in handles))
         choices = []
-        for p_index, (prompt, per_prompt) in enumerate(zip(prompts, results, strict=True)):
+        for p_index, (prompt, handle, per_prompt) in enumerate(
+            zip(prompts, handles, results, strict=True)
+        ):
+            if candidates > n:
+                per_prompt = sorted(per_prompt, key=lambda r: r.mean_logprob, reverse=True)[:n]
             for c_index, result in enumerate(per_prompt):
-                text = prompt.text + result.text if req.echo else result.text
                 choices.append(
                     CompletionChoice(
-                        index=p_index * n + c_index, text=text, finish_reason=result.finish_reason
+                        index=p_index * n + c_index,
+                        text=prompt.text + result.text if req.echo else result.text,
+                        finish_reason=result.finish_reason,
+                        logprobs=self._logprobs(req, engine, prompt, handle, result),
                     )
                 )
         usage = sum_usage(handles)
@@ -126,6 +170,25 @@ class CompletionsServing:
             usage=usage_info(usage),
         )
         return JSONResponse(body.model_dump(exclude_none=False))
+
+    @staticmethod
+    def _logprobs(
+        req: CompletionRequest,
+        engine: Engine,
+        prompt: _Prompt,
+        handle: RequestHandle,
+        result: ChoiceResult,
+    ) -> CompletionLogprobs | None:
+        if req.logprobs is None:
+            return None
+        tokens: list[int] = []
+        scores: list[TokenLogprob | None] = []
+        if req.echo:
+            tokens += prompt.tokens
+            scores += handle.prompt_logprobs
+        tokens += [e.token for e in result.logprobs]
+        scores += result.logprobs
+        return CompletionLogprobs(**completion_logprobs(tokens, scores, engine.vocab, 0))
 
     async def _stream(
         self,
@@ -139,7 +202,19 @@ class CompletionsServing:
         n = req.n or 1
         usage_field = {"usage": None} if req.include_usage else {}
 
-        def chunk(index: int, text: str, finish_reason: str | None) -> str:
+        offsets = [0] * (len(prompts) * n)  # text_offset continues across chunks
+
+        def chunk(
+            index: int,
+            text: str,
+            finish_reason: str | None,
+            tokens: list[int] | None = None,
+            scores: list[TokenLogprob | None] | None = None,
+        ) -> str:
+            logprobs = None
+            if req.logprobs is not None and scores is not None and tokens is not None:
+                logprobs = completion_logprobs(tokens, scores, engine.vocab, offsets[index])
+            offsets[index] += len(text)
             return sse_event(
                 {
                     **meta,
@@ -149,7 +224,7 @@ class CompletionsServing:
                         {
                             "index": index,
                             "text": text,
-                            "logprobs": None,
+                            "logprobs": logprobs,
                             "finish_reason": finish_reason,
                         }
                     ],
@@ -158,13 +233,29 @@ class CompletionsServing:
             )
 
         async with cancel_on_disconnect(http, handles):
-            if req.echo:
-                for p_index, prompt in enumerate(prompts):
-                    for c_index in range(n):
-                        yield chunk(p_index * n + c_index, prompt.text, None)
+            # Prompt logprobs are known once the prompt is evaluated, that is with the
+            # first delta, so each echo chunk waits for its request's first delta.
+            echoed = [not req.echo] * len(prompts)
             async for p_index, delta in _merged(handles):
-                if delta.text or delta.finish_reason:
-                    yield chunk(p_index * n + delta.index, delta.text, delta.finish_reason)
+                if not echoed[p_index]:
+                    echoed[p_index] = True
+                    prompt = prompts[p_index]
+                    for c_index in range(n):
+                        yield chunk(
+                            p_index * n + c_index,
+                            prompt.text,
+                            None,
+                            prompt.tokens,
+                            handles[p_index].prompt_logprobs,
+                        )
+                if delta.text or delta.finish_reason or delta.logprobs:
+                    yield chunk(
+                        p_index * n + delta.index,
+                        delta.text,
+                        delta.finish_reason,
+                        delta.token_ids,
+                        delta.logprobs,
+                    )
             if req.include_usage:
                 usage = usage_info(sum_usage(handles))
                 yield sse_event(

@@ -1,0 +1,50 @@
+"""Engine token logprobs in the two OpenAI response shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.llama_model import Vocab
+from ..engine.logprobs import TokenLogprob
+
+
+def _text(vocab: Vocab, token: int) -> str:
+    return vocab.pieces[token].decode("utf-8", errors="replace")
+
+
+def completion_logprobs(
+    tokens: list[int], scores: list[TokenLogprob | None], vocab: Vocab, start_offset: int
+) -> dict[str, Any]:
+    """{tokens, token_logprobs, top_logprobs, text_offset}; a token scored None (the first
+    echoed prompt token) has no logprob."""
+    texts = [_text(vocab, t) for t in tokens]
+    offsets = []
+    offset = start_offset
+    for text in texts:
+        offsets.append(offset)
+        offset += len(text)
+    return {
+        "tokens": texts,
+        "token_logprobs": [None if s is None else s.logprob for s in scores],
+        "top_logprobs": [
+            None if s is None else {_text(vocab, t): lp for t, lp in s.top} for s in scores
+        ],
+        "text_offset": offsets,
+    }
+
+
+def chat_logprobs(entries: list[TokenLogprob], vocab: Vocab) -> dict[str, Any]:
+    def item(token: int, logprob: float) -> dict[str, Any]:
+        raw = vocab.pieces[token]  # bytes: a token may hold part of a character
+        return {
+            "token": raw.decode("utf-8", errors="replace"),
+            "logprob": logprob,
+            "bytes": list(raw),
+        }
+
+    return {
+        "content": [
+            {**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]}
+            for e in entries
+        ]
+    }

@@ -1,0 +1,42 @@
+"""POST /tokenize and /detokenize (as llama.cpp's server has them): clients count tokens
+and find ids for logit_bias without a tokenizer of their own."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .dependencies import engine_for, parse_body
+from .serving_common import check_prompt_tokens
+
+
+class TokenizeRequest(BaseModel):
+    model: str
+    content: str
+    add_special: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model: str
+    tokens: list[int] = Field(max_length=1_000_000)
+
+
+async def tokenize(request: Request) -> JSONResponse:
+    body = await parse_body(request, TokenizeRequest)
+    engine = engine_for(request, body.model)
+    return JSONResponse({"tokens": engine.tokenize(body.content, add_special=body.add_special)})
+
+
+async def detokenize(request: Request) -> JSONResponse:
+    body = await parse_body(request, DetokenizeRequest)
+    engine = engine_for(request, body.model)
+    check_prompt_tokens(body.tokens, engine, "tokens")
+    return JSONResponse({"content": engine.vocab.detokenize(body.tokens)})
+
+
+routes = [
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
+]
