@@ -13,7 +13,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from llama_cpp.llama_grammar import JSON_GBNF, SchemaConverter
+from llama_cpp.llama_grammar import JSON_GBNF, BuiltinRule, SchemaConverter
 
 ANY_JSON_OBJECT = JSON_GBNF
 
@@ -149,7 +149,16 @@ def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float | None, float 
     return lo, hi, lo_open, hi_open
 
 
+# JSON forbids raw control characters in strings; the shipped rule lets them through.
+_JSON_CHAR = BuiltinRule(r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})', [])
+
+
 class _BoundedConverter(SchemaConverter):
+    def _add_primitive(self, name: str, rule: BuiltinRule) -> str:
+        if name == "char":
+            rule = _JSON_CHAR
+        return super()._add_primitive(name, rule)  # type: ignore[no-any-return]
+
     def visit(self, schema: Any, name: str) -> str:
         if (
             isinstance(schema, dict)
