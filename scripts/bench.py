@@ -2,6 +2,7 @@
 """Benchmarks that print figures (not timed tests): compare ratios measured side by side.
 
   python scripts/bench.py single   # single-stream decode: served over HTTP vs raw llama.cpp
+  python scripts/bench.py json     # JSON-schema-constrained decode vs unconstrained, same prompt
 
 Raw decode runs in this process on llama.cpp's low-level API (same model file, same
 thread count) while the server sits idle, then the server decodes the same number of
@@ -25,7 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PROMPT = "Write a long story about a lighthouse keeper and the sea."
+PROMPT = "Write a long list of people, with their name, age and city, as JSON."
 
 
 def free_port() -> int:
@@ -164,17 +165,59 @@ def bench_single(args: argparse.Namespace) -> None:
     print(f"ratio served / raw       : {s / r:7.3f}")
 
 
+PEOPLE_SCHEMA = {
+    "type": "array",
+    "minItems": 40,
+    "maxItems": 60,
+    "items": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 24},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "city": {"type": "string", "maxLength": 24},
+            "member": {"type": "boolean"},
+        },
+        "required": ["name", "age", "city", "member"],
+    },
+}
+
+
+def bench_json(args: argparse.Namespace) -> None:
+    path, model_id = resolve_model(args.model)
+    server = Server(None if args.model is None else path, args.threads, ["--parallel", "1"])
+    schema_format = {"response_format": {"type": "json_schema",
+                                         "json_schema": {"name": "people",
+                                                         "schema": PEOPLE_SCHEMA}}}
+    try:
+        stream_decode_rate(server.url, model_id, 16)  # warm-up
+        free, constrained = [], []
+        for _ in range(args.rounds):
+            free.append(stream_decode_rate(server.url, model_id, args.tokens))
+            constrained.append(
+                stream_decode_rate(server.url, model_id, args.tokens, schema_format))
+    finally:
+        server.close()
+    f, c = statistics.median(free), statistics.median(constrained)
+    print(f"model: {path.name}  threads: {args.threads}  tokens: {args.tokens}  "
+          f"rounds: {args.rounds}")
+    print(f"unconstrained decode     : {f:7.1f} tokens/s  (rounds: "
+          + ", ".join(f"{x:.1f}" for x in free) + ")")
+    print(f"JSON-schema constrained  : {c:7.1f} tokens/s  (rounds: "
+          + ", ".join(f"{x:.1f}" for x in constrained) + ")")
+    print(f"ratio constrained / free : {c / f:7.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["single"], nargs="?", default="single")
+    parser.add_argument("mode", choices=["single", "json"], nargs="?", default="single")
     parser.add_argument("--model", default=None, help="GGUF file (default: embedded model)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    {"single": bench_single}[args.mode](args)
+    {"single": bench_single, "json": bench_json}[args.mode](args)
 
 
 if __name__ == "__main__":

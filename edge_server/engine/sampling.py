@@ -88,7 +88,9 @@ class SamplerChain:
             self._ids = np.arange(vocab.n_tokens, dtype=np.int32)
             self._one = np.zeros(1, dtype=_TOKEN_DATA)
         bias = dict(p.logit_bias)
-        if p.ignore_eos:
+        # A grammar ends the output by allowing only end-of-generation tokens: banning
+        # them too would leave nothing to sample, so the grammar wins over ignore_eos.
+        if p.ignore_eos and p.grammar is None:
             for token in vocab.eog_tokens:
                 bias[token] = float("-inf")
         if bias:
