@@ -53,6 +53,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         help="requests that may wait for a free slot before 429 (default 64)",
     )
     p.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=120.0,
+        help="seconds a request may wait for a slot before a 503 (default 120)",
+    )
+    p.add_argument(
         "--chat-template-file",
         type=Path,
         default=None,
@@ -80,7 +86,9 @@ def _model_spec(args: argparse.Namespace) -> ModelSpec:
             n_gpu_layers=args.n_gpu_layers,
             n_seq_max=max(args.parallel, 1) + 128,
         ),
-        scheduler=SchedulerSettings(slots=args.parallel, max_waiting=args.max_queue),
+        scheduler=SchedulerSettings(
+            slots=args.parallel, max_waiting=args.max_queue, max_wait_seconds=args.queue_timeout
+        ),
         chat_template=template,
     )
     if args.model is None:

@@ -65,6 +65,10 @@ class ModelRegistry:
             raise ModelNotReady(spec.id)
         return engine
 
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per loaded model: slots, busy slots and queue depth."""
+        return {model_id: engine.scheduler.stats() for model_id, engine in self._engines.items()}
+
     def close(self) -> None:
         with self._lock:
             engines, self._engines = list(self._engines.values()), {}

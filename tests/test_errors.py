@@ -176,6 +176,6 @@ def test_unknown_fields_are_ignored(http) -> None:
 
 
 def test_server_still_healthy_after_bad_input(http) -> None:
-    assert http.get("/health").json() == {"status": "ok"}
+    assert http.get("/health").json()["status"] == "ok"
     r = http.post(CHAT, json={"model": DEFAULT_MODEL, "messages": MSG, "max_tokens": 2})
     assert r.status_code == 200

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import RunningServer, start_server, stop_server
+
 from edge_server.api.chat.reasoning import ReasoningSplitter
 
 THINKING_TEMPLATE = (

@@ -64,7 +64,7 @@ def unsupported(param: str, why: str = "is not supported by this server") -> API
 def from_engine_error(exc: EngineError) -> APIError:
     if isinstance(exc, EngineOverloaded):
         return APIError(
-            429,
+            exc.status,
             str(exc),
             type="server_overloaded",
             code=exc.code,

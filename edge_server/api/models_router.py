@@ -30,7 +30,7 @@ async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "error", "error": "a model failed to load"}, 503)
     if not reg.ready:
         return JSONResponse({"status": "loading"}, 503)
-    return JSONResponse({"status": "ok"})
+    return JSONResponse({"status": "ok", "models": reg.stats()})
 
 
 routes = [

@@ -151,8 +151,11 @@ def submit(engine: Engine, request: GenerationRequest) -> RequestHandle:
 
 
 @asynccontextmanager
-async def cancel_on_disconnect(http: Request, handles: list[RequestHandle]) -> AsyncIterator[None]:
-    """Cancels the engine work the moment the client goes away, and when we leave."""
+async def cancel_on_disconnect(
+    http: Request, handles: list[RequestHandle], *, cancel_on_exit: bool = True
+) -> AsyncIterator[None]:
+    """Cancels the engine work the moment the client goes away, and (unless told
+    otherwise) when the block is left, normally or not."""
 
     async def watch() -> None:
         while True:
@@ -165,10 +168,26 @@ async def cancel_on_disconnect(http: Request, handles: list[RequestHandle]) -> A
     watcher = asyncio.create_task(watch())
     try:
         yield
-    finally:
-        watcher.cancel()
+    except BaseException:
         for handle in handles:
             handle.cancel()
+        raise
+    finally:
+        watcher.cancel()
+        if cancel_on_exit:
+            for handle in handles:
+                handle.cancel()
+
+
+async def wait_started(http: Request, handles: list[RequestHandle]) -> None:
+    """Before a stream's headers go out: wait for the engine's first answer, so that an
+    error (queue timeout, bad grammar) is still a proper HTTP status."""
+    async with cancel_on_disconnect(http, handles, cancel_on_exit=False):
+        try:
+            for handle in handles:
+                await handle.started()
+        except EngineError as exc:
+            raise from_engine_error(exc) from exc
 
 
 @dataclass

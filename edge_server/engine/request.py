@@ -7,6 +7,7 @@ knows nothing of HTTP or of the OpenAI schemas.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -54,8 +55,10 @@ class EngineError(RuntimeError):
 
 
 class EngineOverloaded(EngineError):
-    def __init__(self, message: str, retry_after: int = 1) -> None:
-        super().__init__(message, status=429, code="server_overloaded")
+    """Too much work queued: 429 when refused at the door, 503 after waiting too long."""
+
+    def __init__(self, message: str, retry_after: int = 1, status: int = 429) -> None:
+        super().__init__(message, status=status, code="server_overloaded")
         self.retry_after = retry_after
 
 
@@ -73,7 +76,9 @@ class RequestHandle:
         self.prompt_logprobs: list[TokenLogprob | None] = []
         self._loop = loop
         self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._first: list[object] | None = None  # the first step's items, once peeked
         self._finished = False
+        self.submitted_at = time.monotonic()
 
     # Engine thread side --------------------------------------------------------------
 
@@ -86,10 +91,27 @@ class RequestHandle:
     def cancel(self) -> None:
         self.cancelled = True
 
+    async def started(self) -> None:
+        """Waits until the engine answered (first token or error); raises its error.
+
+        Lets a stream choose its HTTP status before sending headers: an error before the
+        first token still becomes a proper 4xx/5xx response.
+        """
+        if self._first is None:
+            items = await self._queue.get()
+            assert isinstance(items, list)
+            self._first = items
+        for item in self._first:
+            if isinstance(item, EngineError):
+                raise item
+
     async def deltas(self) -> AsyncIterator[ChoiceDelta]:
         """Yields every delta until all choices finish; raises EngineError on failure."""
         while not self._finished:
-            items = await self._queue.get()
+            if self._first is not None:
+                items, self._first = self._first, None
+            else:
+                items = await self._queue.get()
             assert isinstance(items, list)
             for item in items:
                 if item is _DONE:

@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 class SchedulerSettings:
     slots: int = 4  # requests decoded at once
     max_waiting: int = 64  # queued requests beyond the slots before 429
+    max_wait_seconds: float = 120.0  # a request not admitted by then fails with 503
+    # While other sequences are generating, a step evaluates at most this many prompt
+    # tokens, so a long prompt delays their next token by a fraction of a second only.
+    prefill_chunk_while_decoding: int = 128
 
 
 @dataclass
@@ -183,11 +187,15 @@ class Scheduler:
                     )
                     decoding.append((job, choice))
         prefill_spans: list[tuple[_Job, int, int]] = []
+        budget = batch.free
+        if decoding:
+            budget = min(budget, self.settings.prefill_chunk_while_decoding)
         for job in self._jobs:
-            if not job.prefilling or batch.free == 0:
+            if not job.prefilling or budget <= 0:
                 continue
             prompt = job.request.prompt_tokens
-            end = min(len(prompt), job.prefill_at + batch.free)
+            end = min(len(prompt), job.prefill_at + budget)
+            budget -= end - job.prefill_at
             last = end == len(prompt)
             first_row = batch.size
             row = batch.add_span(
@@ -293,6 +301,7 @@ class Scheduler:
     # --- admission and release ----------------------------------------------------------
 
     def _admit(self) -> None:
+        self._expire_waiting()
         while True:
             with self._wake:
                 if not self._waiting:
@@ -306,6 +315,20 @@ class Scheduler:
                     return
                 self._waiting.popleft()
             self._start_job(handle, free)
+
+    def _expire_waiting(self) -> None:
+        """Requests that waited too long for a slot get a clear error instead of a hang."""
+        if not self._waiting:
+            return
+        deadline = time.monotonic() - self.settings.max_wait_seconds
+        with self._wake:
+            expired = [h for h in self._waiting if h.submitted_at < deadline]
+            for handle in expired:
+                self._waiting.remove(handle)
+        for handle in expired:
+            handle.post([EngineOverloaded(
+                f"no slot became free within {self.settings.max_wait_seconds:g}s; "
+                "retry later", status=503)])
 
     def _start_job(self, handle: RequestHandle, free: list[_Slot]) -> None:
         request = handle.request

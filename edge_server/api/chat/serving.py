@@ -30,6 +30,7 @@ from ..serving_common import (
     stream_deltas,
     submit,
     usage_info,
+    wait_started,
 )
 from . import tools as tooling
 from .protocol import (
@@ -147,6 +148,7 @@ class ChatServing:
         handle = submit(engine, request)
         meta = {"id": new_id("chatcmpl"), "created": now(), "model": req.model}
         if req.stream:
+            await wait_started(http, [handle])
             return sse_response(
                 sse_with_errors(self._stream(req, engine, http, handle, meta, plan))
             )

@@ -31,6 +31,7 @@ from ..serving_common import (
     submit,
     sum_usage,
     usage_info,
+    wait_started,
 )
 from .protocol import (
     CompletionChoice,
@@ -142,6 +143,7 @@ class CompletionsServing:
             raise
         meta = {"id": new_id("cmpl"), "created": now(), "model": req.model}
         if req.stream:
+            await wait_started(http, handles)
             return sse_response(
                 sse_with_errors(self._stream(req, engine, http, prompts, handles, meta))
             )
