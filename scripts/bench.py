@@ -39,16 +39,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Server:
-    def __init__(self, model: Path | None, threads: int, extra: list[str]) -> None:
+class _ServerProcess:
+    """A server subprocess on a free loopback port, ready once `ready_path` answers 200."""
+
+    def __init__(self, cmd: list[str], ready_path: str, quiet: bool = False) -> None:
         self.port = free_port()
+        out = subprocess.DEVNULL if quiet else None
+        self.proc = subprocess.Popen(
+            [*cmd, "--port", str(self.port)], cwd=ROOT, stdout=out, stderr=out
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}{ready_path}", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        self.close()
+        raise RuntimeError(f"{cmd[2]} did not become ready")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+class Server(_ServerProcess):
+    """edge_server itself."""
+
+    def __init__(self, model: Path | None, threads: int, extra: list[str]) -> None:
         cmd = [
             sys.executable,
             "-m",
             "edge_server",
             "serve",
-            "--port",
-            str(self.port),
             "--threads",
             str(threads),
             "--log-level",
@@ -57,20 +81,7 @@ class Server:
         ]
         if model is not None:
             cmd += ["--model", str(model)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        raise RuntimeError("server did not become healthy")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+        super().__init__(cmd, "/health")
 
 
 def stream_decode_rate(url: str, model: str, n_tokens: int, extra: dict | None = None) -> float:
@@ -189,53 +200,62 @@ PEOPLE_SCHEMA = {
 def bench_json(args: argparse.Namespace) -> None:
     path, model_id = resolve_model(args.model)
     server = Server(None if args.model is None else path, args.threads, ["--parallel", "1"])
-    schema_format = {"response_format": {"type": "json_schema",
-                                         "json_schema": {"name": "people",
-                                                         "schema": PEOPLE_SCHEMA}}}
+    schema_format = {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "people", "schema": PEOPLE_SCHEMA},
+        }
+    }
     try:
         stream_decode_rate(server.url, model_id, 16)  # warm-up
         free, constrained = [], []
         for _ in range(args.rounds):
             free.append(stream_decode_rate(server.url, model_id, args.tokens))
-            constrained.append(
-                stream_decode_rate(server.url, model_id, args.tokens, schema_format))
+            constrained.append(stream_decode_rate(server.url, model_id, args.tokens, schema_format))
     finally:
         server.close()
     f, c = statistics.median(free), statistics.median(constrained)
-    print(f"model: {path.name}  threads: {args.threads}  tokens: {args.tokens}  "
-          f"rounds: {args.rounds}")
-    print(f"unconstrained decode     : {f:7.1f} tokens/s  (rounds: "
-          + ", ".join(f"{x:.1f}" for x in free) + ")")
-    print(f"JSON-schema constrained  : {c:7.1f} tokens/s  (rounds: "
-          + ", ".join(f"{x:.1f}" for x in constrained) + ")")
+    print(
+        f"model: {path.name}  threads: {args.threads}  tokens: {args.tokens}  rounds: {args.rounds}"
+    )
+    print(
+        f"unconstrained decode     : {f:7.1f} tokens/s  (rounds: "
+        + ", ".join(f"{x:.1f}" for x in free)
+        + ")"
+    )
+    print(
+        f"JSON-schema constrained  : {c:7.1f} tokens/s  (rounds: "
+        + ", ".join(f"{x:.1f}" for x in constrained)
+        + ")"
+    )
     print(f"ratio constrained / free : {c / f:7.3f}")
 
 
-class LlamaCppServer:
+class LlamaCppServer(_ServerProcess):
     """llama-cpp-python's own server, same model and threads, requests not interrupted."""
 
     def __init__(self, model: Path, threads: int) -> None:
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-             "--n_threads", str(threads), "--n_threads_batch", str(threads),
-             "--n_ctx", "4096", "--interrupt_requests", "False", "--port", str(self.port),
-             "--verbose", "False"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model),
+                "--n_threads",
+                str(threads),
+                "--n_threads_batch",
+                str(threads),
+                "--n_ctx",
+                "4096",
+                "--interrupt_requests",
+                "False",
+                "--verbose",
+                "False",
+            ],
+            "/v1/models",
+            quiet=True,
         )
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        raise RuntimeError("llama_cpp.server did not start")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 async def _one_stream(client, url: str, body: dict) -> tuple[float, int]:  # type: ignore[no-untyped-def]
@@ -258,15 +278,22 @@ async def _one_stream(client, url: str, body: dict) -> tuple[float, int]:  # typ
 def run_load(url: str, model: str, clients: int, n_tokens: int, eog: list[int]) -> dict:
     import asyncio
 
-    body = {"model": model, "prompt": PROMPT, "max_tokens": n_tokens, "temperature": 0.8,
-            "stream": True, "logit_bias": {str(t): -100 for t in eog}}
+    body = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": n_tokens,
+        "temperature": 0.8,
+        "stream": True,
+        "logit_bias": {str(t): -100 for t in eog},
+    }
 
     async def main() -> tuple[float, list[tuple[float, int]]]:
         limits = httpx.Limits(max_connections=clients + 4)
         async with httpx.AsyncClient(timeout=600, limits=limits) as client:
             start = time.perf_counter()
             results = await asyncio.gather(
-                *(_one_stream(client, url, {**body, "seed": i}) for i in range(clients)))
+                *(_one_stream(client, url, {**body, "seed": i}) for i in range(clients))
+            )
             return time.perf_counter() - start, results
 
     wall, results = asyncio.run(main())
@@ -288,14 +315,14 @@ def raw_batched_rate(model_path: Path, threads: int, n_seqs: int, n_tokens: int)
     from edge_server.engine.llama_model import ContextSettings, LlamaModel
     from edge_server.engine.sampling import SamplerChain, SamplingParams
 
-    model = LlamaModel(model_path, ContextSettings(n_ctx=4096, n_threads=threads,
-                                                   n_seq_max=n_seqs))
+    model = LlamaModel(model_path, ContextSettings(n_ctx=4096, n_threads=threads, n_seq_max=n_seqs))
     try:
         prompt = model.vocab.tokenize(PROMPT, add_special=True, parse_special=True)
         batch = DecodeBatch(model.n_batch)
         params = SamplingParams(temperature=0.8, ignore_eos=True)
-        chains = [SamplerChain(params, model.vocab, n_ctx=model.n_ctx, seed=i)
-                  for i in range(n_seqs)]
+        chains = [
+            SamplerChain(params, model.vocab, n_ctx=model.n_ctx, seed=i) for i in range(n_seqs)
+        ]
         rows = [batch.add_span(prompt, 0, s, logits_last=True) for s in range(n_seqs)]
         assert batch.decode(model.ctx) == 0
         tokens = [chains[s].sample(model.ctx, rows[s]) for s in range(n_seqs)]
@@ -321,8 +348,9 @@ def bench_load(args: argparse.Namespace) -> None:
     levels = [int(x) for x in args.clients.split(",")]
     eog = _eog_tokens(path)
     table: dict[str, dict[int, dict]] = {"edge_server": {}, "llama_cpp.server": {}}
-    server = Server(None if args.model is None else path, args.threads,
-                    ["--parallel", str(max(levels))])
+    server = Server(
+        None if args.model is None else path, args.threads, ["--parallel", str(max(levels))]
+    )
     try:
         run_load(server.url, model_id, 1, 8, eog)  # warm-up
         for n in levels:
@@ -339,16 +367,22 @@ def bench_load(args: argparse.Namespace) -> None:
     raw = raw_batched_rate(path, args.threads, max(levels), args.tokens)
 
     print(f"model: {path.name}  threads: {args.threads}  tokens per client: {args.tokens}")
-    print(f"{'server':18} {'clients':>7} {'tokens/s':>9} {'tokens':>7} {'TTFT p50':>9} "
-          f"{'TTFT p95':>9}")
+    print(
+        f"{'server':18} {'clients':>7} {'tokens/s':>9} {'tokens':>7} {'TTFT p50':>9} "
+        f"{'TTFT p95':>9}"
+    )
     for name, rows in table.items():
         for n, row in rows.items():
-            print(f"{name:18} {n:7d} {row['tokens_per_s']:9.1f} {row['tokens']:7d} "
-                  f"{row['ttft_p50']:8.2f}s {row['ttft_p95']:8.2f}s")
+            print(
+                f"{name:18} {n:7d} {row['tokens_per_s']:9.1f} {row['tokens']:7d} "
+                f"{row['ttft_p50']:8.2f}s {row['ttft_p95']:8.2f}s"
+            )
     for n in levels:
         ours, theirs = table["edge_server"][n], table["llama_cpp.server"][n]
-        print(f"ratio edge_server / llama_cpp.server at {n} clients: "
-              f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x")
+        print(
+            f"ratio edge_server / llama_cpp.server at {n} clients: "
+            f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x"
+        )
     top = max(levels)
     served = table["edge_server"][top]["tokens_per_s"]
     print(f"raw batched decode, {top} sequences in-process: {raw:.1f} tokens/s")
@@ -368,31 +402,47 @@ def _eog_tokens(path: Path) -> list[int]:
 def bench_prefix(args: argparse.Namespace) -> None:
     path, model_id = resolve_model(args.model)
     server = Server(None if args.model is None else path, args.threads, ["--parallel", "4"])
-    rule = ("You are a careful assistant for a hardware store. Answer briefly, cite the "
-            "aisle number when you can, and never invent prices. ")
+    rule = (
+        "You are a careful assistant for a hardware store. Answer briefly, cite the "
+        "aisle number when you can, and never invent prices. "
+    )
     try:
-        tokens = httpx.post(f"{server.url}/tokenize",
-                            json={"model": model_id, "content": rule}).json()["tokens"]
+        tokens = httpx.post(
+            f"{server.url}/tokenize", json={"model": model_id, "content": rule}
+        ).json()["tokens"]
         system = rule * max(1, round(1000 / len(tokens)))
-        n_system = len(httpx.post(f"{server.url}/tokenize",
-                                  json={"model": model_id, "content": system}).json()["tokens"])
+        n_system = len(
+            httpx.post(
+                f"{server.url}/tokenize", json={"model": model_id, "content": system}
+            ).json()["tokens"]
+        )
         ttfts = []
         cached = []
         for question in ("Where are the hammers?", "Do you sell paint rollers?"):
-            body = {"model": model_id, "max_tokens": 4, "stream": True,
-                    "stream_options": {"include_usage": True},
-                    "messages": [{"role": "system", "content": system},
-                                 {"role": "user", "content": question}]}
+            body = {
+                "model": model_id,
+                "max_tokens": 4,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": question},
+                ],
+            }
             start = time.perf_counter()
             first = None
-            with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body,
-                              timeout=300) as r:
+            with httpx.stream(
+                "POST", f"{server.url}/v1/chat/completions", json=body, timeout=300
+            ) as r:
                 for line in r.iter_lines():
                     if not line.startswith("data: {"):
                         continue
                     chunk = json.loads(line[6:])
-                    if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get(
-                            "content"):
+                    if (
+                        first is None
+                        and chunk["choices"]
+                        and chunk["choices"][0]["delta"].get("content")
+                    ):
                         first = time.perf_counter() - start
                     if chunk.get("usage"):
                         cached.append(chunk["usage"]["prompt_tokens_details"]["cached_tokens"])
@@ -409,16 +459,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["single", "json", "load", "prefix"], nargs="?",
-                        default="single")
+    parser.add_argument(
+        "mode", choices=["single", "json", "load", "prefix"], nargs="?", default="single"
+    )
     parser.add_argument("--clients", default="1,4,8", help="load mode: concurrency levels")
     parser.add_argument("--model", default=None, help="GGUF file (default: embedded model)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    modes = {"single": bench_single, "json": bench_json, "load": bench_load,
-             "prefix": bench_prefix}
+    modes = {"single": bench_single, "json": bench_json, "load": bench_load, "prefix": bench_prefix}
     if args.mode == "load" and args.tokens == 256:
         args.tokens = 128  # per client, as the load figures are quoted
     modes[args.mode](args)

@@ -326,9 +326,15 @@ class Scheduler:
             for handle in expired:
                 self._waiting.remove(handle)
         for handle in expired:
-            handle.post([EngineOverloaded(
-                f"no slot became free within {self.settings.max_wait_seconds:g}s; "
-                "retry later", status=503)])
+            handle.post(
+                [
+                    EngineOverloaded(
+                        f"no slot became free within {self.settings.max_wait_seconds:g}s; "
+                        "retry later",
+                        status=503,
+                    )
+                ]
+            )
 
     def _start_job(self, handle: RequestHandle, free: list[_Slot]) -> None:
         request = handle.request
@@ -377,7 +383,11 @@ class Scheduler:
         self._jobs.remove(job)
 
     def _fail(self, job: _Job, error: EngineError) -> None:
-        job.outbox.append(error)
+        self._abort(job, error)
+
+    def _abort(self, job: _Job, last_item: object) -> None:
+        """Ends a job now with `last_item` (an error, or DONE after finished choices)."""
+        job.outbox.append(last_item)
         # The slot's KV may be half-written: forget it rather than trust it.
         self.model.seq_remove(job.slot.seq_id)
         job.slot.cached.clear()
@@ -410,12 +420,7 @@ class Scheduler:
             for choice in newest.choices:
                 if not choice.finished:
                     self._finish_choice(newest, choice, "length", [])
-            newest.outbox.append(DONE_MARKER)
-            self.model.seq_remove(newest.slot.seq_id)
-            newest.slot.cached.clear()
-            self._release(newest)
-            newest.handle.post(newest.outbox)
-            newest.outbox = []
+            self._abort(newest, DONE_MARKER)
             return
         message = "the KV cache is full" if status == 1 else f"llama_decode failed ({status})"
         for job in list(self._jobs):
