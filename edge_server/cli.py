@@ -1,140 +1,253 @@
-"""Command line: `edge-server serve` and friends."""
+"""Command line: `edge-server serve | pull | models | info`."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 import sys
 from pathlib import Path
 
 from . import __version__
-from .default_model import (
-    DEFAULT_MODEL_ALIASES,
-    DEFAULT_MODEL_ID,
-    DefaultModelMissing,
-    default_model_path,
-)
-from .engine import ContextSettings, EngineSettings, SchedulerSettings
-from .model_registry import ModelRegistry, ModelSpec
+from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
+from .default_model import DefaultModelMissing
+from .model_store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
 
 log = logging.getLogger("edge_server")
 
-
-def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("serve", help="serve a model over the OpenAI-compatible HTTP API")
-    p.add_argument(
-        "--model",
-        type=Path,
-        default=None,
-        help="GGUF file to serve (default: the embedded SmolLM2-135M-Instruct)",
-    )
-    p.add_argument(
-        "--model-id",
-        default=None,
-        help="id clients name in `model` (default: the file name without .gguf)",
-    )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    p.add_argument(
-        "--ctx-size",
-        type=int,
-        default=0,
-        help="KV cache size in tokens, shared by all sequences "
-        "(default: the model's training context, at most 8192)",
-    )
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
-    p.add_argument(
-        "--parallel", type=int, default=8, help="requests decoded together in one batch (default 8)"
-    )
-    p.add_argument(
-        "--max-queue",
-        type=int,
-        default=64,
-        help="requests that may wait for a free slot before 429 (default 64)",
-    )
-    p.add_argument(
-        "--queue-timeout",
-        type=float,
-        default=120.0,
-        help="seconds a request may wait for a slot before a 503 (default 120)",
-    )
-    p.add_argument(
-        "--chat-template-file",
-        type=Path,
-        default=None,
-        help="Jinja chat template to use instead of the one in the GGUF file",
-    )
-    p.add_argument(
-        "--n-gpu-layers",
-        type=int,
-        default=-1,
-        help="layers to offload to a GPU backend (default: all; 0 keeps the CPU)",
-    )
-    p.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
-    )
+_PROJECT_REGISTRY = Path(__file__).resolve().parent.parent / "models" / "registry.toml"
 
 
-def _model_spec(args: argparse.Namespace) -> ModelSpec:
-    template = None
-    if args.chat_template_file is not None:
-        template = args.chat_template_file.read_text(encoding="utf-8")
-    settings = EngineSettings(
-        context=ContextSettings(
-            n_ctx=args.ctx_size,
-            n_threads=args.threads,
-            n_gpu_layers=args.n_gpu_layers,
-            n_seq_max=max(args.parallel, 1) + 128,
-        ),
-        scheduler=SchedulerSettings(
-            slots=args.parallel, max_waiting=args.max_queue, max_wait_seconds=args.queue_timeout
-        ),
-        chat_template=template,
-    )
-    if args.model is None:
-        return ModelSpec(DEFAULT_MODEL_ID, default_model_path(), DEFAULT_MODEL_ALIASES, settings)
-    path = args.model.expanduser()
-    name = path.name[: -len(".gguf")] if path.name.endswith(".gguf") else path.name
-    model_id = args.model_id or name
-    aliases = (name,) if model_id != name else ()
-    return ModelSpec(model_id, path, aliases, settings)
+def _registry_path(opts: ServeOptions, models_dir: Path) -> Path | None:
+    if opts.registry is not None:
+        return opts.registry
+    for candidate in (models_dir / "registry.toml", _PROJECT_REGISTRY):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
-def serve(args: argparse.Namespace) -> int:
+def _store(opts: ServeOptions) -> ModelStore:
+    models_dir = opts.models_dir or default_models_dir()
+    return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)))
+
+
+def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-def]
+    """Model specs for the pool, and the id of the model to load at start."""
+    from .engine import ContextSettings, EngineSettings, SchedulerSettings
+    from .model_pool import ModelSpec
+
+    def settings(ctx_size: int, template: Path | None) -> EngineSettings:
+        return EngineSettings(
+            context=ContextSettings(
+                n_ctx=ctx_size or opts.ctx_size,
+                n_threads=opts.threads,
+                n_gpu_layers=opts.n_gpu_layers,
+                n_seq_max=max(opts.parallel, 1) + 128,
+            ),
+            scheduler=SchedulerSettings(
+                slots=opts.parallel, max_waiting=opts.max_queue,
+                max_wait_seconds=opts.queue_timeout,
+            ),
+            chat_template=template.read_text(encoding="utf-8") if template else None,
+        )
+
+    def spec(entry: RegistryEntry, template: Path | None = None) -> ModelSpec:
+        if entry.mmproj:
+            log.warning("model %s: multimodal projectors are not supported yet; image "
+                        "inputs to it are refused", entry.id)
+        path = store.local_path(entry)
+        return ModelSpec(
+            entry.id, path, entry.aliases,
+            settings(entry.ctx_size, template or entry.chat_template_file),
+            keep_alive=entry.keep_alive,
+            missing_reason="" if path else store.missing_reason(entry),
+        )
+
+    entries = list(store.entries)
+    default_id = entries[0].id
+    override: dict[str, Path | None] = {}
+    if opts.model is not None and store.find(opts.model) is not None:
+        default_id = store.find(opts.model).id  # type: ignore[union-attr]
+    elif opts.model is not None:
+        path = Path(opts.model).expanduser()
+        name = path.name.removesuffix(".gguf")
+        model_id = opts.model_id or name
+        entries.append(RegistryEntry(model_id, (name,) if model_id != name else (), path=path))
+        default_id = model_id
+    override[default_id] = opts.chat_template_file
+    return [spec(e, override.get(e.id)) for e in entries], default_id
+
+
+def serve(opts: ServeOptions) -> int:
     import uvicorn
 
     from .api.app import create_app
+    from .api.metrics import Metrics
+    from .model_pool import ModelPool
+    from .systemd_notify import notify
 
     try:
-        spec = _model_spec(args)
-    except (DefaultModelMissing, OSError) as exc:
+        store = _store(opts)
+        specs, default_id = _specs(opts, store)
+        keys = opts.api_keys()
+    except (DefaultModelMissing, RegistryError, OSError) as exc:
         print(f"edge-server: {exc}", file=sys.stderr)
         return 2
-    if not spec.path.is_file():
-        print(f"edge-server: model file not found: {spec.path}", file=sys.stderr)
+    default_spec = next(s for s in specs if s.id == default_id)
+    if default_spec.path is None:
+        print(f"edge-server: {default_spec.missing_reason}", file=sys.stderr)
         return 2
-    app = create_app(ModelRegistry([spec]))
-    log.info("serving %s on http://%s:%d", spec.id, args.host, args.port)
-    uvicorn.run(
-        app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=30
-    )
+    metrics = Metrics()
+    pool = ModelPool(specs, memory_budget=opts.memory_budget_mb * 1024 * 1024,
+                     keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
+    app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys)
+    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
+                            timeout_graceful_shutdown=int(opts.drain_timeout))
+    server = uvicorn.Server(config)
+    exit_code = 0
+
+    async def announce_ready() -> None:
+        nonlocal exit_code
+        while not (server.started and app.state.ready):
+            if app.state.startup_error:
+                exit_code = 1
+                server.should_exit = True
+                return
+            await asyncio.sleep(0.05)
+        log.info("serving %s on http://%s:%d", default_id, opts.host, opts.port)
+        notify("READY=1\nSTATUS=serving")
+
+    async def run() -> None:
+        announcer = asyncio.create_task(announce_ready())
+        try:
+            await server.serve()
+        finally:
+            announcer.cancel()
+            notify("STOPPING=1")
+
+    # uvicorn drains requests in flight on SIGTERM, then re-raises the signal; this no-op
+    # handler receives it, so a clean drain ends with exit status 0 as systemd expects.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    asyncio.run(run())
+    return exit_code
+
+
+def pull(opts: ServeOptions, args: argparse.Namespace) -> int:
+    store = _store(opts)
+    try:
+        if args.file is None:
+            entry = store.find(args.name)
+            if entry is None:
+                print(f"edge-server: no model `{args.name}` in the registry; give REPO FILE",
+                      file=sys.stderr)
+                return 2
+            path = store.pull_entry(entry)
+        else:
+            path = store.pull(args.name, args.file, revision=args.revision, sha256=args.sha256)
+    except PullError as exc:
+        print(f"edge-server: {exc}", file=sys.stderr)
+        return 1
+    print(path)
     return 0
+
+
+def _describe(path: Path) -> str:
+    """Architecture, size and quantization from the GGUF header (vocab-only load)."""
+    import ctypes
+
+    import llama_cpp as lc
+
+    from .engine.llama_model import init_backend
+
+    init_backend()
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    model = lc.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        return "unreadable"
+    try:
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+    finally:
+        lc.llama_model_free(model)
+
+
+def list_models(opts: ServeOptions) -> int:
+    store = _store(opts)
+    print(f"models directory: {store.models_dir}")
+    print(f"{'id':28} {'status':15} {'size':>9}  description / file")
+    listed: set[Path] = set()
+    for entry in store.entries:
+        path = store.local_path(entry)
+        if path is None:
+            where = f"{entry.repo}/{entry.file}" if entry.repo else str(entry.path)
+            print(f"{entry.id:28} {'not downloaded':15} {'-':>9}  {where}")
+            continue
+        listed.add(path.resolve())
+        size = f"{path.stat().st_size / 1e6:.0f} MB"
+        print(f"{entry.id:28} {'present':15} {size:>9}  {_describe(path)}  {path.name}")
+    for path in store.present_files():
+        if path.resolve() not in listed:
+            size = f"{path.stat().st_size / 1e6:.0f} MB"
+            print(f"{'(unregistered)':28} {'present':15} {size:>9}  {_describe(path)}  {path}")
+    return 0
+
+
+def info(opts: ServeOptions) -> int:
+    import os
+
+    import llama_cpp as lc
+
+    from .engine.llama_model import default_threads, init_backend
+
+    init_backend()
+    features = lc.llama_print_system_info().decode().strip()
+    print(f"edge-server {__version__}, llama-cpp-python {lc.__version__}")
+    print(f"GPU offload: {'yes' if lc.llama_supports_gpu_offload() else 'no'}   "
+          f"mmap: {'yes' if lc.llama_supports_mmap() else 'no'}")
+    backends = [name for name in ("Metal", "CUDA", "Vulkan", "BLAS") if name.upper() in
+                features.upper()]
+    print(f"backends: CPU{''.join(', ' + b for b in backends)}")
+    print(f"CPU features: {features}")
+    print(f"threads: {opts.threads or default_threads()} of {os.cpu_count()} cores")
+    return list_models(opts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="edge-server", description=__doc__)
     parser.add_argument("--version", action="version", version=f"edge-server {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(sub)
+    serve_p = sub.add_parser("serve", help="serve models over the OpenAI-compatible HTTP API")
+    add_serve_arguments(serve_p)
+    pull_p = sub.add_parser("pull", help="download a model from the Hugging Face Hub")
+    pull_p.add_argument("name", help="registry model id, or a Hugging Face repo id")
+    pull_p.add_argument("file", nargs="?", help="GGUF file in the repo (with a repo id)")
+    pull_p.add_argument("--revision", default="main", help="branch, tag or commit")
+    pull_p.add_argument("--sha256", default=None, help="expected SHA-256 of the file")
+    models_p = sub.add_parser("models", help="list registered and downloaded models")
+    info_p = sub.add_parser("info", help="llama.cpp build, backends, CPU features, models")
+    for p in (pull_p, models_p, info_p):
+        for flag in ("--registry", "--models-dir", "--config"):
+            p.add_argument(flag, type=Path, default=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    try:
+        opts = resolve_options(args)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
     logging.basicConfig(
-        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        level=getattr(logging, opts.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.command == "serve":
-        return serve(args)
-    parser.error(f"unknown command {args.command}")
-    return 2
+        return serve(opts)
+    if args.command == "pull":
+        return pull(opts, args)
+    if args.command == "models":
+        return list_models(opts)
+    return info(opts)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The Starlette application: routes, error handlers, and model loading at startup."""
+"""The Starlette application: routes, error handlers, auth, metrics, model lifecycle."""
 
 from __future__ import annotations
 
@@ -8,34 +8,66 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
-from ..model_registry import ModelRegistry
+from ..model_pool import ModelPool
+from .auth import APIKeyAuth
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
 from .errors import EXCEPTION_HANDLERS
+from .metrics import Metrics, RequestCounter, metrics_route
 from .models_router import routes as model_routes
 from .tokenize_router import routes as tokenize_routes
 
 log = logging.getLogger(__name__)
 
 
-def create_app(registry: ModelRegistry) -> Starlette:
+def create_app(
+    pool: ModelPool,
+    *,
+    preload: str | None,
+    metrics: Metrics,
+    api_keys: list[str] | None = None,
+    reap_interval: float = 1.0,
+) -> Starlette:
+    """`preload`: the model loaded at start; /health answers 200 once it serves."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Load in a thread: /health answers 503 meanwhile instead of the port being dark.
-        loading = asyncio.get_running_loop().run_in_executor(None, registry.load_all)
-        loading.add_done_callback(lambda f: f.exception())
+        async def load_default() -> None:
+            try:
+                if preload is not None:
+                    await pool.preload(preload)
+                app.state.ready = True
+            except Exception as exc:
+                app.state.startup_error = str(exc)
+                log.error("the default model failed to load: %s", exc)
+
+        # Load in the background: /health answers 503 meanwhile instead of the port being
+        # dark, and a service manager can tell "starting" from "dead".
+        loading = asyncio.create_task(load_default())
+        reaper = asyncio.create_task(pool.run_reaper(reap_interval))
         try:
             yield
         finally:
-            with contextlib.suppress(Exception):
+            reaper.cancel()
+            loading.cancel()
+            with contextlib.suppress(BaseException):
                 await loading
-            registry.close()
+            pool.close()
 
+    middleware = [Middleware(RequestCounter, metrics=metrics)]
+    if api_keys:
+        middleware.append(Middleware(APIKeyAuth, keys=api_keys))
+    metrics.watch_pool(pool)
     app = Starlette(
-        routes=[*completion_routes, *chat_routes, *model_routes, *tokenize_routes],
+        routes=[*completion_routes, *chat_routes, *model_routes, *tokenize_routes,
+                metrics_route(metrics)],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        middleware=middleware,
         lifespan=lifespan,
     )
-    app.state.registry = registry
+    app.state.pool = pool
+    app.state.ready = False
+    app.state.startup_error = None
     return app

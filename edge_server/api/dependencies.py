@@ -1,15 +1,17 @@
-"""What every route needs before it serves: a parsed body and the engine of its model."""
+"""What every route needs before it serves: a parsed body and a lease on its model."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 from ..engine import Engine
-from ..model_registry import ModelNotReady, ModelRegistry, UnknownModel
+from ..model_pool import Lease, ModelPool, ModelUnavailable, UnknownModel
 from .errors import APIError, from_validation_error, read_json_object
 
 log = logging.getLogger(__name__)
@@ -29,13 +31,13 @@ async def parse_body(request: Request, model: type[RequestModel]) -> RequestMode
     return parsed
 
 
-def registry(request: Request) -> ModelRegistry:
-    return request.app.state.registry  # type: ignore[no-any-return]
+def pool(request: Request) -> ModelPool:
+    return request.app.state.pool  # type: ignore[no-any-return]
 
 
-def engine_for(request: Request, model: str) -> Engine:
+async def acquire(request: Request, model: str) -> Lease:
     try:
-        return registry(request).get(model)
+        return await pool(request).acquire(model)
     except UnknownModel as exc:
         raise APIError(
             404,
@@ -44,11 +46,35 @@ def engine_for(request: Request, model: str) -> Engine:
             param="model",
             code="model_not_found",
         ) from exc
-    except ModelNotReady as exc:
+    except ModelUnavailable as exc:
         raise APIError(
-            503,
-            f"The model `{model}` is still loading; retry shortly.",
-            type="server_error",
-            code="model_loading",
-            headers={"Retry-After": "2"},
+            503, str(exc), type="server_error", code="model_unavailable",
+            headers={"Retry-After": "5"},
         ) from exc
+
+
+async def serve_with_model(
+    request: Request, model: str, serve: Callable[[Engine], Awaitable[Response]]
+) -> Response:
+    """Runs `serve` with the model's engine, holding the lease until the response (a
+    stream included) is finished."""
+    lease = await acquire(request, model)
+    try:
+        response = await serve(lease.engine)
+    except BaseException:
+        lease.release()
+        raise
+    if isinstance(response, StreamingResponse):
+        response.body_iterator = _released_after(response.body_iterator, lease)
+    else:
+        lease.release()
+    return response
+
+
+async def _released_after(body: AsyncIterator[str | bytes], lease: Lease) -> AsyncIterator[
+        str | bytes]:
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        lease.release()

@@ -6,31 +6,36 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .dependencies import registry
+from .dependencies import pool
 
 
 async def list_models(request: Request) -> JSONResponse:
-    reg = registry(request)
+    models = pool(request)
     data = [
         {
             "id": spec.id,
             "object": "model",
-            "created": int(spec.path.stat().st_mtime) if spec.path.exists() else 0,
+            "created": int(spec.path.stat().st_mtime) if spec.path else 0,
             "owned_by": "edge_server",
             "aliases": list(spec.aliases),
+            "status": "loaded" if models.is_loaded(spec.id)
+            else ("available" if spec.path else "not_downloaded"),
         }
-        for spec in reg.specs
+        for spec in models.specs
     ]
     return JSONResponse({"object": "list", "data": data})
 
 
 async def health(request: Request) -> JSONResponse:
-    reg = registry(request)
-    if reg.load_error:
-        return JSONResponse({"status": "error", "error": "a model failed to load"}, 503)
-    if not reg.ready:
+    """200 once the default model is loaded and serving; 503 before (or if it failed)."""
+    models = pool(request)
+    state = request.app.state
+    if state.startup_error:
+        return JSONResponse({"status": "error", "error": "the default model failed to load"},
+                            503)
+    if not state.ready:
         return JSONResponse({"status": "loading"}, 503)
-    return JSONResponse({"status": "ok", "models": reg.stats()})
+    return JSONResponse({"status": "ok", "models": models.stats()})
 
 
 routes = [

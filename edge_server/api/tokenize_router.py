@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .dependencies import engine_for, parse_body
+from ..engine import Engine
+from .dependencies import parse_body, serve_with_model
 from .serving_common import check_prompt_tokens
 
 
@@ -23,17 +24,24 @@ class DetokenizeRequest(BaseModel):
     tokens: list[int] = Field(max_length=1_000_000)
 
 
-async def tokenize(request: Request) -> JSONResponse:
+async def tokenize(request: Request) -> Response:
     body = await parse_body(request, TokenizeRequest)
-    engine = engine_for(request, body.model)
-    return JSONResponse({"tokens": engine.tokenize(body.content, add_special=body.add_special)})
+
+    async def serve(engine: Engine) -> Response:
+        return JSONResponse(
+            {"tokens": engine.tokenize(body.content, add_special=body.add_special)})
+
+    return await serve_with_model(request, body.model, serve)
 
 
-async def detokenize(request: Request) -> JSONResponse:
+async def detokenize(request: Request) -> Response:
     body = await parse_body(request, DetokenizeRequest)
-    engine = engine_for(request, body.model)
-    check_prompt_tokens(body.tokens, engine, "tokens")
-    return JSONResponse({"content": engine.vocab.detokenize(body.tokens)})
+
+    async def serve(engine: Engine) -> Response:
+        check_prompt_tokens(body.tokens, engine, "tokens")
+        return JSONResponse({"content": engine.vocab.detokenize(body.tokens)})
+
+    return await serve_with_model(request, body.model, serve)
 
 
 routes = [

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .batch import DecodeBatch
@@ -45,6 +46,18 @@ class SchedulerSettings:
     # While other sequences are generating, a step evaluates at most this many prompt
     # tokens, so a long prompt delays their next token by a fraction of a second only.
     prefill_chunk_while_decoding: int = 128
+
+
+@dataclass(frozen=True)
+class JobStats:
+    """Timings and counts of one finished request, for metrics."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    queued_s: float  # submit -> admitted
+    first_token_s: float | None  # submit -> first token sampled
+    decode_s: float  # first token -> finished
 
 
 @dataclass
@@ -77,6 +90,8 @@ class _Job:
     prefill_at: int  # index of the next prompt token to evaluate
     prompt_row: int = -1  # row holding the last prompt token's logits, once evaluated
     outbox: list[object] = field(default_factory=list)
+    admitted_at: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
 
     @property
     def prefilling(self) -> bool:
@@ -97,6 +112,8 @@ class Scheduler:
         self._wake = threading.Condition()
         self._running = False
         self._thread: threading.Thread | None = None
+        # Called on the engine thread for each finished request (metrics).
+        self.on_job_done: Callable[[JobStats], None] | None = None
 
     # --- public, called from the event loop -----------------------------------------
 
@@ -130,11 +147,21 @@ class Scheduler:
             self._wake.notify()
         return handle
 
+    @property
+    def idle(self) -> bool:
+        return not self._jobs and not self._waiting
+
     def stats(self) -> dict[str, int]:
+        jobs = list(self._jobs)
         return {
             "slots": len(self._slots),
             "busy_slots": sum(s.busy for s in self._slots),
+            "busy_sequences": sum(1 for j in jobs for c in j.choices if not c.finished),
             "waiting": len(self._waiting),
+            # Prompt and generated tokens held in the KV cache (cached prefixes included).
+            "kv_tokens": sum(len(s.cached) for s in self._slots)
+            + sum(c.position for j in jobs for c in j.choices if c.seq_id != j.slot.seq_id),
+            "kv_capacity": self.model.n_ctx,
         }
 
     def _check(self, request: GenerationRequest) -> None:
@@ -250,6 +277,8 @@ class Scheduler:
 
     def _on_token(self, job: _Job, choice: _Choice, row: int) -> None:
         token = choice.sampler.sample(self.model.ctx, row)
+        if job.first_token_at is None:
+            job.first_token_at = time.monotonic()
         request = job.request
         scored = (
             [token_logprob(self.model.logits_row(row), token, request.logprobs)]
@@ -290,7 +319,26 @@ class Scheduler:
         for job in done:
             job.outbox.append(DONE_MARKER)
             self._release(job)
+            self._report(job)
         self._flush_outboxes(done)
+
+    def _report(self, job: _Job) -> None:
+        if self.on_job_done is None:
+            return
+        now = time.monotonic()
+        usage = job.handle.usage
+        first = job.first_token_at
+        try:
+            self.on_job_done(JobStats(
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                queued_s=job.admitted_at - job.handle.submitted_at,
+                first_token_s=None if first is None else first - job.handle.submitted_at,
+                decode_s=0.0 if first is None else now - first,
+            ))
+        except Exception:
+            log.exception("on_job_done callback failed")
 
     def _flush_outboxes(self, extra: list[_Job]) -> None:
         for job in [*self._jobs, *extra]:

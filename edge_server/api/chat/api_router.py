@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..dependencies import engine_for, parse_body
+from ..dependencies import parse_body, serve_with_model
 from .protocol import ChatCompletionRequest
 from .serving import ChatServing
 
@@ -15,7 +15,9 @@ _serving = ChatServing()
 
 async def create_chat_completion(request: Request) -> Response:
     body = await parse_body(request, ChatCompletionRequest)
-    return await _serving.create(body, engine_for(request, body.model), request)
+    return await serve_with_model(
+        request, body.model, lambda engine: _serving.create(body, engine, request)
+    )
 
 
 routes = [Route("/v1/chat/completions", create_chat_completion, methods=["POST"])]

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..dependencies import engine_for, parse_body
+from ..dependencies import parse_body, serve_with_model
 from .protocol import CompletionRequest
 from .serving import CompletionsServing
 
@@ -15,7 +15,9 @@ _serving = CompletionsServing()
 
 async def create_completion(request: Request) -> Response:
     body = await parse_body(request, CompletionRequest)
-    return await _serving.create(body, engine_for(request, body.model), request)
+    return await serve_with_model(
+        request, body.model, lambda engine: _serving.create(body, engine, request)
+    )
 
 
 routes = [Route("/v1/completions", create_completion, methods=["POST"])]

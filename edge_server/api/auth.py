@@ -1,0 +1,39 @@
+"""API keys: `Authorization: Bearer KEY` checked in constant time; /health stays open."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import APIError
+
+OPEN_PATHS = {"/health"}
+
+
+class APIKeyAuth:
+    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+        self.app = app
+        self._keys = [k.encode() for k in keys]
+
+    def _accepted(self, presented: bytes) -> bool:
+        # Compare against every key, so timing says nothing about which (if any) matched.
+        matched = False
+        for key in self._keys:
+            matched |= hmac.compare_digest(presented, key)
+        return matched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope.get("headers", [])).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        if scheme.lower() == b"bearer" and token and self._accepted(token.strip()):
+            await self.app(scope, receive, send)
+            return
+        message = ("Missing API key: send `Authorization: Bearer <key>`." if not header
+                   else "Incorrect API key provided.")
+        error = APIError(401, message, code="invalid_api_key",
+                         headers={"WWW-Authenticate": "Bearer"})
+        await error.response()(scope, receive, send)

@@ -1,0 +1,130 @@
+"""GET /metrics: Prometheus text format through prometheus-client.
+
+Counters and histograms are fed from two places: an ASGI middleware (requests by
+endpoint and status) and the engine's per-request report (tokens, TTFT, per-token
+latency). Gauges (queue depth, busy sequences, KV cache use) are read at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..engine.scheduler import JobStats
+from ..model_pool import ModelPool
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+_TOKEN_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("edge_server_requests", "HTTP requests by endpoint and status",
+                                ["endpoint", "status"], registry=r)
+        self.prompt_tokens = Counter("edge_server_prompt_tokens", "prompt tokens processed",
+                                     ["model"], registry=r)
+        self.cached_tokens = Counter("edge_server_prompt_cached_tokens",
+                                     "prompt tokens reused from the KV cache", ["model"],
+                                     registry=r)
+        self.completion_tokens = Counter("edge_server_completion_tokens",
+                                         "completion tokens generated", ["model"], registry=r)
+        self.ttft = Histogram("edge_server_time_to_first_token_seconds",
+                              "submit to first token", ["model"], buckets=_LATENCY_BUCKETS,
+                              registry=r)
+        self.per_token = Histogram("edge_server_time_per_output_token_seconds",
+                                   "decode time per generated token after the first",
+                                   ["model"], buckets=_TOKEN_BUCKETS, registry=r)
+        self.queue_wait = Histogram("edge_server_queue_wait_seconds",
+                                    "submit to admission into a slot", ["model"],
+                                    buckets=_LATENCY_BUCKETS, registry=r)
+
+    def observe_job(self, model_id: str, stats: JobStats) -> None:
+        """Called on the engine thread; prometheus-client is thread-safe."""
+        self.prompt_tokens.labels(model_id).inc(stats.prompt_tokens)
+        self.cached_tokens.labels(model_id).inc(stats.cached_tokens)
+        self.completion_tokens.labels(model_id).inc(stats.completion_tokens)
+        self.queue_wait.labels(model_id).observe(stats.queued_s)
+        if stats.first_token_s is not None:
+            self.ttft.labels(model_id).observe(stats.first_token_s)
+        if stats.completion_tokens > 1:
+            self.per_token.labels(model_id).observe(
+                stats.decode_s / (stats.completion_tokens - 1))
+
+    def watch_pool(self, pool: ModelPool) -> None:
+        self.registry.register(_PoolCollector(pool))
+
+
+class _PoolCollector:
+    def __init__(self, pool: ModelPool) -> None:
+        self.pool = pool
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauges = {
+            "waiting": GaugeMetricFamily("edge_server_queue_depth",
+                                         "requests waiting for a slot", labels=["model"]),
+            "busy_sequences": GaugeMetricFamily("edge_server_busy_sequences",
+                                                "sequences being generated", labels=["model"]),
+            "busy_slots": GaugeMetricFamily("edge_server_busy_slots", "slots serving a request",
+                                            labels=["model"]),
+            "kv_tokens": GaugeMetricFamily("edge_server_kv_cache_tokens",
+                                           "tokens held in the KV cache", labels=["model"]),
+            "kv_capacity": GaugeMetricFamily("edge_server_kv_cache_capacity_tokens",
+                                             "KV cache size in tokens", labels=["model"]),
+        }
+        for model_id, stats in self.pool.stats().items():
+            for key, gauge in gauges.items():
+                gauge.add_metric([model_id], stats[key])
+        yield from gauges.values()
+        loaded = GaugeMetricFamily("edge_server_model_loaded", "1 if the model is loaded",
+                                   labels=["model"])
+        load_time = GaugeMetricFamily("edge_server_model_load_seconds",
+                                      "duration of the model's last load", labels=["model"])
+        for spec in self.pool.specs:
+            loaded.add_metric([spec.id], 1.0 if self.pool.is_loaded(spec.id) else 0.0)
+            if spec.id in self.pool.load_seconds:
+                load_time.add_metric([spec.id], self.pool.load_seconds[spec.id])
+        yield loaded
+        yield load_time
+
+
+class RequestCounter:
+    """ASGI middleware counting responses by route and status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        # Unknown paths share one label, so clients cannot blow up the label set.
+        endpoint = path if path in _KNOWN_PATHS else "other"
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.requests.labels(endpoint, str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counting_send)
+
+
+_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+                "/tokenize", "/detokenize"}
+
+
+def metrics_route(metrics: Metrics) -> Route:
+    async def scrape(_: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", scrape, methods=["GET"])

@@ -1,0 +1,133 @@
+"""Server options from flags, environment variables and a TOML file.
+
+Precedence, lowest to highest: built-in defaults < TOML file (`--config` or
+EDGE_SERVER_CONFIG) < environment variables EDGE_SERVER_<OPTION> < command-line flags.
+Every option is declared once below; the flags, their --help text and the variable
+names are generated from that declaration, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "EDGE_SERVER_"
+
+
+def default_models_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "edge-server" / "models"
+
+
+def _opt(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=list, metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class ServeOptions:
+    host: str = _opt("127.0.0.1", "address to listen on")
+    port: int = _opt(8080, "port to listen on")
+    model: str | None = _opt(
+        None, "GGUF file or registry model id served by default and loaded at start "
+        "(default: the embedded SmolLM2-135M-Instruct)")
+    model_id: str | None = _opt(None, "id clients pass as `model` for --model PATH "
+                                "(default: the file name without .gguf)")
+    registry: Path | None = _opt(None, "model registry TOML (default: registry.toml in the "
+                                 "models directory, else the project's models/registry.toml)")
+    models_dir: Path | None = _opt(None, "where pulled models live (default: "
+                                   "$XDG_DATA_HOME/edge-server/models)")
+    ctx_size: int = _opt(0, "KV cache size in tokens, shared by all sequences of a model "
+                         "(default: the model's training context, at most 8192)")
+    threads: int = _opt(0, "CPU threads (default: all cores)")
+    parallel: int = _opt(8, "requests decoded together in one batch, per model")
+    max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
+    queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")
+    chat_template_file: Path | None = _opt(
+        None, "Jinja chat template overriding the GGUF file's, for the default model")
+    n_gpu_layers: int = _opt(-1, "layers offloaded to a GPU backend (default: all; 0: CPU)")
+    keep_alive: float = _opt(300.0, "seconds a model stays loaded unused (-1: forever); the "
+                             "default model is loaded again on its next request")
+    memory_budget_mb: int = _opt(0, "memory for loaded models, weights plus KV cache; the "
+                                 "least recently used idle model is unloaded to make room "
+                                 "(default: 75% of RAM)")
+    api_key: list[str] = _opt([], "accepted API key (repeatable); requests then need "
+                              "`Authorization: Bearer KEY`", action="append")
+    api_key_file: Path | None = _opt(None, "file with one accepted API key per line")
+    drain_timeout: float = _opt(30.0, "seconds SIGTERM waits for requests in flight")
+    log_level: str = _opt("info", "critical, error, warning, info or debug",
+                          choices=["critical", "error", "warning", "info", "debug"])
+    config: Path | None = _opt(None, "TOML file of these options (keys as the flag names, "
+                               "with - or _)")
+
+    def api_keys(self) -> list[str]:
+        keys = [k for k in self.api_key if k]
+        if self.api_key_file is not None:
+            lines = self.api_key_file.read_text(encoding="utf-8").splitlines()
+            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        return keys
+
+
+def _env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _coerce(value: Any, annotation: str, name: str) -> Any:
+    if value is None:
+        return None
+    if "list" in annotation:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return [str(v) for v in value]
+    if "Path" in annotation:
+        return Path(str(value)).expanduser()
+    if annotation.startswith("int"):
+        return int(value)
+    if annotation.startswith("float"):
+        return float(value)
+    return str(value)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per option, documented with its variable name and default."""
+    for f in dataclasses.fields(ServeOptions):
+        flag = "--" + f.name.replace("_", "-")
+        meta = dict(f.metadata)
+        helptext = meta.pop("help")
+        default = [] if f.default is dataclasses.MISSING else f.default
+        helptext += f" [env {_env_name(f.name)}; default {default!r}]".replace("%", "%%")
+        kwargs: dict[str, Any] = {"help": helptext, "default": argparse.SUPPRESS, **meta}
+        if "action" not in meta:
+            kwargs["type"] = lambda v, a=str(f.type), n=f.name: _coerce(v, a, n)
+        parser.add_argument(flag, **kwargs)
+
+
+def resolve_options(flags: argparse.Namespace, environ: dict[str, str] | None = None
+                    ) -> ServeOptions:
+    environ = dict(os.environ if environ is None else environ)
+    given = {k: v for k, v in vars(flags).items() if k in _FIELD_TYPES}
+    config_path = given.get("config") or (
+        Path(environ[_env_name("config")]) if _env_name("config") in environ else None)
+    values: dict[str, Any] = {}
+    if config_path is not None:
+        with open(config_path, "rb") as fh:
+            for key, value in tomllib.load(fh).items():
+                name = key.replace("-", "_")
+                if name not in _FIELD_TYPES:
+                    raise ValueError(f"unknown option {key!r} in {config_path}")
+                values[name] = _coerce(value, _FIELD_TYPES[name], name)
+    for name, annotation in _FIELD_TYPES.items():
+        if _env_name(name) in environ:
+            values[name] = _coerce(environ[_env_name(name)], annotation, name)
+    values.update(given)
+    values["config"] = config_path
+    return ServeOptions(**values)
+
+
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(ServeOptions)}

@@ -1,0 +1,214 @@
+"""The models one server serves: loaded on first use within a memory budget, unloaded
+after an idle time (like Ollama's keep_alive) or, least recently used first, to make room.
+
+A request holds a lease on its model's engine from the moment it is routed until its
+response is finished, so a model is never unloaded under a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .engine import Engine, EngineSettings
+from .engine.scheduler import JobStats
+
+log = logging.getLogger(__name__)
+
+
+class UnknownModel(LookupError):
+    pass
+
+
+class ModelUnavailable(RuntimeError):
+    """Known, but cannot be served now: not downloaded, failed to load, or no memory."""
+
+
+@dataclass
+class ModelSpec:
+    id: str
+    path: Path | None  # None: not on disk (missing_reason says why)
+    aliases: tuple[str, ...] = ()
+    settings: EngineSettings = field(default_factory=EngineSettings)
+    keep_alive: float | None = None  # None: the pool's default
+    missing_reason: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.id, *self.aliases)
+
+    def estimated_bytes(self) -> int:
+        """Weights plus a margin for the KV cache and buffers, before loading."""
+        if self.path is None or not self.path.is_file():
+            return 0
+        return int(self.path.stat().st_size * 1.25) + 64 * 1024 * 1024
+
+
+@dataclass
+class _Loaded:
+    engine: Engine
+    bytes: int
+    load_seconds: float
+    leases: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+class Lease:
+    def __init__(self, pool: ModelPool, model_id: str, engine: Engine) -> None:
+        self._pool = pool
+        self.model_id = model_id
+        self.engine = engine
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._pool._release(self.model_id)
+
+
+class ModelPool:
+    def __init__(
+        self,
+        specs: list[ModelSpec],
+        *,
+        memory_budget: int = 0,
+        keep_alive: float = 300.0,
+        on_job_done: Callable[[str, JobStats], None] | None = None,
+    ) -> None:
+        self.specs = specs
+        self._by_name = {name: spec for spec in specs for name in spec.names}
+        self.memory_budget = memory_budget or int(physical_memory() * 0.75)
+        self.keep_alive = keep_alive
+        self._on_job_done = on_job_done
+        self._loaded: dict[str, _Loaded] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.load_errors: dict[str, str] = {}
+        self.load_seconds: dict[str, float] = {}
+
+    # --- lookup and leases -------------------------------------------------------------
+
+    def spec(self, name: str) -> ModelSpec:
+        spec = self._by_name.get(name)
+        if spec is None:
+            raise UnknownModel(name)
+        return spec
+
+    def is_loaded(self, model_id: str) -> bool:
+        return model_id in self._loaded
+
+    async def acquire(self, name: str) -> Lease:
+        spec = self.spec(name)
+        lock = self._locks.setdefault(spec.id, asyncio.Lock())
+        async with lock:
+            loaded = self._loaded.get(spec.id)
+            if loaded is None:
+                loaded = await self._load(spec)
+            loaded.leases += 1
+            loaded.last_used = time.monotonic()
+            return Lease(self, spec.id, loaded.engine)
+
+    def _release(self, model_id: str) -> None:
+        loaded = self._loaded.get(model_id)
+        if loaded is not None:
+            loaded.leases -= 1
+            loaded.last_used = time.monotonic()
+
+    # --- loading and unloading ------------------------------------------------------------
+
+    async def _load(self, spec: ModelSpec) -> _Loaded:
+        if spec.path is None:
+            raise ModelUnavailable(spec.missing_reason or f"model `{spec.id}` is not available")
+        need = spec.estimated_bytes()
+        await self._make_room(need, spec.id)
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            engine = await loop.run_in_executor(
+                None, lambda: Engine(spec.id, spec.path, spec.settings)  # type: ignore[arg-type]
+            )
+        except Exception as exc:
+            self.load_errors[spec.id] = str(exc)
+            log.error("could not load model %s: %s", spec.id, exc)
+            raise ModelUnavailable(f"model `{spec.id}` failed to load") from exc
+        self.load_errors.pop(spec.id, None)
+        if self._on_job_done is not None:
+            callback = self._on_job_done
+            engine.scheduler.on_job_done = lambda stats, mid=spec.id: callback(mid, stats)
+        elapsed = time.monotonic() - started
+        self.load_seconds[spec.id] = elapsed
+        loaded = _Loaded(engine, need, elapsed)
+        self._loaded[spec.id] = loaded
+        log.info("model %s loaded in %.2fs", spec.id, elapsed)
+        return loaded
+
+    def _in_use(self, loaded: _Loaded) -> bool:
+        return loaded.leases > 0 or not loaded.engine.scheduler.idle
+
+    async def _make_room(self, need: int, for_id: str) -> None:
+        while self._used_bytes() + need > self.memory_budget:
+            idle = [(mid, x) for mid, x in self._loaded.items() if not self._in_use(x)]
+            if not idle:
+                raise ModelUnavailable(
+                    f"not enough memory budget to load `{for_id}` while the other models "
+                    "are busy; retry shortly")
+            victim = min(idle, key=lambda item: item[1].last_used)[0]
+            log.info("unloading %s to make room for %s", victim, for_id)
+            await self._unload(victim)
+
+    def _used_bytes(self) -> int:
+        return sum(x.bytes for x in self._loaded.values())
+
+    async def _unload(self, model_id: str) -> None:
+        loaded = self._loaded.pop(model_id, None)
+        if loaded is not None:
+            await asyncio.get_running_loop().run_in_executor(None, loaded.engine.close)
+
+    async def preload(self, name: str) -> None:
+        lease = await self.acquire(name)
+        lease.release()
+
+    async def reap_idle(self) -> list[str]:
+        """Unloads models unused for longer than their keep_alive; returns their ids."""
+        now = time.monotonic()
+        unloaded = []
+        for model_id, loaded in list(self._loaded.items()):
+            keep = self.spec(model_id).keep_alive
+            keep = self.keep_alive if keep is None else keep
+            if keep < 0 or self._in_use(loaded) or now - loaded.last_used < keep:
+                continue
+            lock = self._locks.setdefault(model_id, asyncio.Lock())
+            async with lock:
+                if model_id in self._loaded and not self._in_use(self._loaded[model_id]):
+                    log.info("unloading %s after %.0fs idle", model_id, now - loaded.last_used)
+                    await self._unload(model_id)
+                    unloaded.append(model_id)
+        return unloaded
+
+    async def run_reaper(self, interval: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            with contextlib.suppress(Exception):
+                await self.reap_idle()
+
+    # --- reporting -----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {mid: x.engine.scheduler.stats() for mid, x in self._loaded.items()}
+
+    def close(self) -> None:
+        loaded, self._loaded = list(self._loaded.values()), {}
+        for x in loaded:
+            x.engine.close()

@@ -1,0 +1,196 @@
+"""The model registry (TOML) and the models directory: what may be served, what is on
+disk, and pulling files from the Hugging Face Hub with checksum verification.
+
+Registry file, one table per model:
+
+    [[models]]
+    id = "gemma3-270m-it"                   # what clients pass as `model`
+    aliases = ["gemma3"]
+    repo = "ggml-org/gemma-3-270m-it-GGUF"  # Hugging Face repo + file (+ revision) ...
+    file = "gemma-3-270m-it-Q4_K_M.gguf"
+    revision = "main"
+    sha256 = "…"                            # optional; else the Hub's own checksum
+    # path = "/srv/models/x.gguf"           # ... or a local file instead
+    ctx_size = 4096
+    chat_template_file = "templates/gemma3.jinja"  # relative to the registry file
+    mmproj = "mmproj.gguf"                  # multimodal projector (recorded; see README)
+    keep_alive = 600                        # seconds; overrides the server default
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_ID, default_model_path
+
+log = logging.getLogger(__name__)
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class RegistryError(ValueError):
+    pass
+
+
+class PullError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    id: str
+    aliases: tuple[str, ...] = ()
+    path: Path | None = None
+    repo: str | None = None
+    file: str | None = None
+    revision: str = "main"
+    sha256: str | None = None
+    ctx_size: int = 0
+    chat_template_file: Path | None = None
+    mmproj: str | None = None
+    keep_alive: float | None = None
+    embedded: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.id, *self.aliases)
+
+
+def embedded_entry() -> RegistryEntry:
+    return RegistryEntry(DEFAULT_MODEL_ID, DEFAULT_MODEL_ALIASES, embedded=True)
+
+
+_KNOWN_KEYS = {"id", "aliases", "path", "repo", "file", "revision", "sha256", "ctx_size",
+               "chat_template_file", "mmproj", "keep_alive", "embedded"}
+
+
+def load_registry(path: Path | None) -> list[RegistryEntry]:
+    """Entries of a registry file, the embedded default model always first."""
+    entries = [embedded_entry()]
+    if path is None or not path.is_file():
+        return entries
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    for i, raw in enumerate(data.get("models", [])):
+        where = f"{path.name}: models[{i}]"
+        unknown = set(raw) - _KNOWN_KEYS
+        if unknown:
+            raise RegistryError(f"{where}: unknown keys {sorted(unknown)}")
+        if "id" not in raw:
+            raise RegistryError(f"{where}: needs an id")
+        if raw.get("embedded"):
+            continue  # the embedded model is always present
+        if bool(raw.get("path")) == bool(raw.get("repo")):
+            raise RegistryError(f"{where}: give either path or repo + file")
+        if raw.get("repo") and not raw.get("file"):
+            raise RegistryError(f"{where}: repo needs file")
+        sha = raw.get("sha256")
+        if sha is not None and not _SHA256.match(str(sha).lower()):
+            raise RegistryError(f"{where}: sha256 must be 64 hex digits")
+        template = raw.get("chat_template_file")
+        entries.append(RegistryEntry(
+            id=str(raw["id"]),
+            aliases=tuple(raw.get("aliases", ())),
+            path=Path(raw["path"]).expanduser() if raw.get("path") else None,
+            repo=raw.get("repo"),
+            file=raw.get("file"),
+            revision=str(raw.get("revision", "main")),
+            sha256=str(sha).lower() if sha else None,
+            ctx_size=int(raw.get("ctx_size", 0)),
+            chat_template_file=(path.parent / template) if template else None,
+            mmproj=raw.get("mmproj"),
+            keep_alive=float(raw["keep_alive"]) if "keep_alive" in raw else None,
+        ))
+    names = [n for e in entries for n in e.names]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise RegistryError(f"{path.name}: names used twice: {sorted(duplicates)}")
+    return entries
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class ModelStore:
+    def __init__(self, models_dir: Path, entries: list[RegistryEntry]) -> None:
+        self.models_dir = models_dir
+        self.entries = entries
+
+    def find(self, name: str) -> RegistryEntry | None:
+        return next((e for e in self.entries if name in e.names), None)
+
+    def hub_path(self, repo: str, file: str) -> Path:
+        return self.models_dir / repo / file
+
+    def local_path(self, entry: RegistryEntry) -> Path | None:
+        """Where the entry's GGUF file is on disk, or None when it is not there yet."""
+        if entry.embedded:
+            return default_model_path()
+        path = entry.path if entry.path is not None else self.hub_path(entry.repo or "",
+                                                                       entry.file or "")
+        return path if path.is_file() else None
+
+    def missing_reason(self, entry: RegistryEntry) -> str:
+        if entry.path is not None:
+            return f"the file of model `{entry.id}` is missing on this server"
+        return (f"model `{entry.id}` is not downloaded; run `edge-server pull {entry.id}` "
+                "on the server")
+
+    def pull(self, repo: str, file: str, *, revision: str = "main",
+             sha256: str | None = None) -> Path:
+        """Downloads (resuming a partial download) into the models directory, then checks
+        the SHA-256 against `sha256` or, without one, against the Hub's own checksum."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+        target_dir = self.models_dir / repo
+        target_dir.mkdir(parents=True, exist_ok=True)
+        expected = sha256.lower() if sha256 else None
+        try:
+            if expected is None and os.environ.get("HF_HUB_OFFLINE") not in ("1", "true"):
+                etag = get_hf_file_metadata(hf_hub_url(repo, file, revision=revision)).etag
+                if etag and _SHA256.match(etag.lower()):
+                    expected = etag.lower()
+            local = Path(hf_hub_download(repo_id=repo, filename=file, revision=revision,
+                                         local_dir=target_dir))
+        except LocalEntryNotFoundError as exc:
+            raise PullError(f"{repo}/{file} is not downloaded and the hub cannot be reached "
+                            "(offline)") from exc
+        except (HfHubHTTPError, OSError) as exc:
+            raise PullError(f"could not download {repo}/{file}: {exc}") from exc
+        if expected is not None:
+            actual = sha256_of(local)
+            if actual != expected:
+                local.unlink(missing_ok=True)
+                raise PullError(f"checksum mismatch for {repo}/{file}: expected {expected}, "
+                                f"got {actual}; the download was deleted")
+        else:
+            log.warning("no checksum known for %s/%s; not verified", repo, file)
+        return local
+
+    def pull_entry(self, entry: RegistryEntry) -> Path:
+        if entry.embedded:
+            return default_model_path()
+        if entry.repo is None or entry.file is None:
+            raise PullError(f"model `{entry.id}` is a local file, nothing to pull")
+        return self.pull(entry.repo, entry.file, revision=entry.revision, sha256=entry.sha256)
+
+    def present_files(self) -> list[Path]:
+        """GGUF files under the models directory, whether or not the registry names them."""
+        if not self.models_dir.is_dir():
+            return []
+        return sorted(p for p in self.models_dir.rglob("*.gguf")
+                      if ".cache" not in p.parts)
