@@ -101,7 +101,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         meta = dict(f.metadata)
         helptext = meta.pop("help")
         default = [] if f.default is dataclasses.MISSING else f.default
-        helptext += f" [env {_env_name(f.name)}; default {default!r}]".replace("%", "%%")
+        helptext += f" [env {_env_name(f.name)}; default {default!r}]"
+        helptext = helptext.replace("%", "%%")  # argparse formats help with %
         kwargs: dict[str, Any] = {"help": helptext, "default": argparse.SUPPRESS, **meta}
         if "action" not in meta:
             kwargs["type"] = lambda v, a=str(f.type), n=f.name: _coerce(v, a, n)

@@ -160,6 +160,11 @@ class _BoundedConverter(SchemaConverter):
         return super()._add_primitive(name, rule)  # type: ignore[no-any-return]
 
     def visit(self, schema: Any, name: str) -> str:
+        if isinstance(schema, dict) and isinstance(schema.get("type"), list):
+            # The shipped converter drops every other keyword of a type list
+            # (maxLength, minimum, ...): keep them on each branch.
+            branches = [{**schema, "type": t} for t in schema["type"]]
+            return self._add_rule(name or "root", self._generate_union_rule(name, branches))
         if (
             isinstance(schema, dict)
             and schema.get("type") in ("integer", "number")
