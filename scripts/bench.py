@@ -163,21 +163,31 @@ def bench_single(args: argparse.Namespace) -> None:
             served.append(stream_decode_rate(server.url, model_id, args.tokens))
     finally:
         server.close()
-    r, s = statistics.median(raw), statistics.median(served)
+    _report_pair(
+        path,
+        args,
+        ("raw llama.cpp decode", raw),
+        ("edge_server HTTP stream", served),
+        "served / raw",
+    )
+
+
+def _report_pair(
+    path: Path,
+    args: argparse.Namespace,
+    base: tuple[str, list[float]],
+    other: tuple[str, list[float]],
+    ratio_label: str,
+) -> None:
+    """Medians of two series measured in alternating rounds, and their ratio."""
     print(
         f"model: {path.name}  threads: {args.threads}  tokens: {args.tokens}  rounds: {args.rounds}"
     )
-    print(
-        f"raw llama.cpp decode     : {r:7.1f} tokens/s  (rounds: "
-        + ", ".join(f"{x:.1f}" for x in raw)
-        + ")"
-    )
-    print(
-        f"edge_server HTTP stream  : {s:7.1f} tokens/s  (rounds: "
-        + ", ".join(f"{x:.1f}" for x in served)
-        + ")"
-    )
-    print(f"ratio served / raw       : {s / r:7.3f}")
+    for label, series in (base, other):
+        rounds = ", ".join(f"{x:.1f}" for x in series)
+        print(f"{label:25}: {statistics.median(series):7.1f} tokens/s  (rounds: {rounds})")
+    ratio = statistics.median(other[1]) / statistics.median(base[1])
+    print(f"{'ratio ' + ratio_label:25}: {ratio:7.3f}")
 
 
 PEOPLE_SCHEMA = {
@@ -214,21 +224,13 @@ def bench_json(args: argparse.Namespace) -> None:
             constrained.append(stream_decode_rate(server.url, model_id, args.tokens, schema_format))
     finally:
         server.close()
-    f, c = statistics.median(free), statistics.median(constrained)
-    print(
-        f"model: {path.name}  threads: {args.threads}  tokens: {args.tokens}  rounds: {args.rounds}"
+    _report_pair(
+        path,
+        args,
+        ("unconstrained decode", free),
+        ("JSON-schema constrained", constrained),
+        "constrained / free",
     )
-    print(
-        f"unconstrained decode     : {f:7.1f} tokens/s  (rounds: "
-        + ", ".join(f"{x:.1f}" for x in free)
-        + ")"
-    )
-    print(
-        f"JSON-schema constrained  : {c:7.1f} tokens/s  (rounds: "
-        + ", ".join(f"{x:.1f}" for x in constrained)
-        + ")"
-    )
-    print(f"ratio constrained / free : {c / f:7.3f}")
 
 
 class LlamaCppServer(_ServerProcess):
