@@ -365,14 +365,16 @@ class Scheduler:
             self._start_job(handle, free)
 
     def _expire_waiting(self) -> None:
-        """Requests that waited too long for a slot get a clear error instead of a hang."""
+        """Drops waiting requests whose client left; those that waited too long for a
+        slot get a clear error instead of a hang."""
         if not self._waiting:
             return
         deadline = time.monotonic() - self.settings.max_wait_seconds
         with self._wake:
-            expired = [h for h in self._waiting if h.submitted_at < deadline]
-            for handle in expired:
+            gone = [h for h in self._waiting if h.cancelled or h.submitted_at < deadline]
+            for handle in gone:
                 self._waiting.remove(handle)
+            expired = [h for h in gone if not h.cancelled]
         for handle in expired:
             handle.post(
                 [
