@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import jsonschema
 import pytest
 from conftest import DEFAULT_MODEL
@@ -258,25 +259,19 @@ def test_json_object_without_schema_is_an_object(http) -> None:
         assert text.lstrip().startswith("{")
 
 
+def ask_with_schema(http, schema: dict, **extra) -> httpx.Response:
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, **extra}}
+    return http.post("/v1/chat/completions", json={
+        "model": DEFAULT_MODEL, "messages": MESSAGES, "max_tokens": 60,
+        "response_format": fmt})
+
+
+MULTIPLE_OF = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}},
+               "required": ["n"]}
+
+
 def test_strict_schema_with_unenforceable_keyword_is_refused(http) -> None:
-    r = http.post(
-        "/v1/chat/completions",
-        json={
-            "model": DEFAULT_MODEL,
-            "messages": MESSAGES,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "x",
-                    "strict": True,
-                    "schema": {
-                        "type": "object",
-                        "properties": {"n": {"type": "integer", "multipleOf": 3}},
-                    },
-                },
-            },
-        },
-    )
+    r = ask_with_schema(http, MULTIPLE_OF, strict=True)
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["param"] == "response_format"
@@ -284,44 +279,14 @@ def test_strict_schema_with_unenforceable_keyword_is_refused(http) -> None:
 
 
 def test_non_strict_schema_is_best_effort(http) -> None:
-    r = http.post(
-        "/v1/chat/completions",
-        json={
-            "model": DEFAULT_MODEL,
-            "messages": MESSAGES,
-            "max_tokens": 60,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "x",
-                    "schema": {
-                        "type": "object",
-                        "properties": {"n": {"type": "integer", "multipleOf": 3}},
-                        "required": ["n"],
-                    },
-                },
-            },
-        },
-    )
+    r = ask_with_schema(http, MULTIPLE_OF)
     assert r.status_code == 200
     assert "n" in json.loads(r.json()["choices"][0]["message"]["content"])
 
 
 def test_broken_schema_is_400(http) -> None:
-    r = http.post(
-        "/v1/chat/completions",
-        json={
-            "model": DEFAULT_MODEL,
-            "messages": MESSAGES,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "x",
-                    "schema": {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
-                },
-            },
-        },
-    )
+    r = ask_with_schema(http, {"type": "object",
+                               "properties": {"a": {"$ref": "#/$defs/missing"}}})
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "response_format"
 
