@@ -67,7 +67,6 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
 
     entries = list(store.entries)
     default_id = entries[0].id
-    override: dict[str, Path | None] = {}
     if opts.model is not None and store.find(opts.model) is not None:
         default_id = store.find(opts.model).id  # type: ignore[union-attr]
     elif opts.model is not None:
@@ -76,8 +75,9 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
         model_id = opts.model_id or name
         entries.append(RegistryEntry(model_id, (name,) if model_id != name else (), path=path))
         default_id = model_id
-    override[default_id] = opts.chat_template_file
-    return [spec(e, override.get(e.id)) for e in entries], default_id
+    # --chat-template-file overrides the template of the default model only.
+    templates = {default_id: opts.chat_template_file}
+    return [spec(e, templates.get(e.id)) for e in entries], default_id
 
 
 def serve(opts: ServeOptions) -> int:

@@ -78,7 +78,7 @@ def _env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
-def _coerce(value: Any, annotation: str, name: str) -> Any:
+def _coerce(value: Any, annotation: str) -> Any:
     if value is None:
         return None
     if "list" in annotation:
@@ -105,7 +105,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         helptext = helptext.replace("%", "%%")  # argparse formats help with %
         kwargs: dict[str, Any] = {"help": helptext, "default": argparse.SUPPRESS, **meta}
         if "action" not in meta:
-            kwargs["type"] = lambda v, a=str(f.type), n=f.name: _coerce(v, a, n)
+            kwargs["type"] = lambda v, a=str(f.type): _coerce(v, a)
         parser.add_argument(flag, **kwargs)
 
 
@@ -122,10 +122,10 @@ def resolve_options(flags: argparse.Namespace, environ: dict[str, str] | None = 
                 name = key.replace("-", "_")
                 if name not in _FIELD_TYPES:
                     raise ValueError(f"unknown option {key!r} in {config_path}")
-                values[name] = _coerce(value, _FIELD_TYPES[name], name)
+                values[name] = _coerce(value, _FIELD_TYPES[name])
     for name, annotation in _FIELD_TYPES.items():
         if _env_name(name) in environ:
-            values[name] = _coerce(environ[_env_name(name)], annotation, name)
+            values[name] = _coerce(environ[_env_name(name)], annotation)
     values.update(given)
     values["config"] = config_path
     return ServeOptions(**values)

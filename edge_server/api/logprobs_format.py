@@ -37,7 +37,7 @@ def chat_logprobs(entries: list[TokenLogprob], vocab: Vocab) -> dict[str, Any]:
     def item(token: int, logprob: float) -> dict[str, Any]:
         raw = vocab.pieces[token]  # bytes: a token may hold part of a character
         return {
-            "token": raw.decode("utf-8", errors="replace"),
+            "token": _text(vocab, token),
             "logprob": logprob,
             "bytes": list(raw),
         }

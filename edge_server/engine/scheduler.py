@@ -190,10 +190,10 @@ class Scheduler:
             except Exception:  # keep serving: fail the jobs in flight, not the process
                 log.exception("engine step failed")
                 for job in list(self._jobs):
-                    self._fail(job, EngineError("internal engine error", status=500))
+                    self._abort(job, EngineError("internal engine error", status=500))
                 self._flush_outboxes([])
         for job in list(self._jobs):
-            self._fail(job, EngineError("server is shutting down"))
+            self._abort(job, EngineError("server is shutting down"))
         self._flush_outboxes([])
 
     def _step(self) -> None:
@@ -417,10 +417,10 @@ class Scheduler:
                 job.choices.append(_Choice(i, seq_id, sampler, stream))
                 sampler.prime(prompt)
         except GrammarError as exc:
-            self._fail(job, EngineError(str(exc), status=400, code="invalid_grammar"))
+            self._abort(job, EngineError(str(exc), status=400, code="invalid_grammar"))
         except Exception:
             log.exception("could not start a request")
-            self._fail(job, EngineError("internal engine error", status=500))
+            self._abort(job, EngineError("internal engine error", status=500))
 
     def _release(self, job: _Job) -> None:
         for choice in job.choices:
@@ -431,9 +431,6 @@ class Scheduler:
         job.slot.busy = False
         job.slot.last_used = time.monotonic()
         self._jobs.remove(job)
-
-    def _fail(self, job: _Job, error: EngineError) -> None:
-        self._abort(job, error)
 
     def _abort(self, job: _Job, last_item: object) -> None:
         """Ends a job now with `last_item` (an error, or DONE after finished choices)."""
@@ -474,7 +471,7 @@ class Scheduler:
             return
         message = "the KV cache is full" if status == 1 else f"llama_decode failed ({status})"
         for job in list(self._jobs):
-            self._fail(job, EngineError(message))
+            self._abort(job, EngineError(message))
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
