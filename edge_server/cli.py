@@ -44,6 +44,7 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
                 n_ctx=ctx_size or opts.ctx_size,
                 n_threads=opts.threads,
                 n_gpu_layers=opts.n_gpu_layers,
+                repack=opts.repack,
                 n_seq_max=max(opts.parallel, 1) + 128,
             ),
             scheduler=SchedulerSettings(
@@ -86,7 +87,7 @@ def serve(opts: ServeOptions) -> int:
     from .api.app import create_app
     from .api.metrics import Metrics
     from .model_pool import ModelPool
-    from .systemd_notify import notify
+    from .systemd_notify import notify, watchdog_interval
 
     try:
         store = _store(opts)
@@ -102,11 +103,21 @@ def serve(opts: ServeOptions) -> int:
     metrics = Metrics()
     pool = ModelPool(specs, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
-    app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys)
+    app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
+                     max_body_mb=opts.max_body_mb)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout))
+    app.state.watchdog_seconds = opts.watchdog_seconds
     server = uvicorn.Server(config)
     exit_code = 0
+
+    async def watchdog_pings(interval: float) -> None:
+        # Pings prove the event loop runs and no engine step is stuck: when either
+        # freezes, the pings stop and systemd restarts the service.
+        while True:
+            if not pool.stalled(opts.watchdog_seconds):
+                notify("WATCHDOG=1")
+            await asyncio.sleep(interval)
 
     async def announce_ready() -> None:
         nonlocal exit_code
@@ -121,10 +132,14 @@ def serve(opts: ServeOptions) -> int:
 
     async def run() -> None:
         announcer = asyncio.create_task(announce_ready())
+        interval = watchdog_interval()
+        pinger = asyncio.create_task(watchdog_pings(interval)) if interval else None
         try:
             await server.serve()
         finally:
             announcer.cancel()
+            if pinger is not None:
+                pinger.cancel()
             notify("STOPPING=1")
 
     # uvicorn drains requests in flight on SIGTERM, then re-raises the signal; this no-op

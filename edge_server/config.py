@@ -52,6 +52,9 @@ class ServeOptions:
     chat_template_file: Path | None = _opt(
         None, "Jinja chat template overriding the GGUF file's, for the default model")
     n_gpu_layers: int = _opt(-1, "layers offloaded to a GPU backend (default: all; 0: CPU)")
+    repack: str = _opt("auto", "CPU weights repacked for AMX/AVX kernels: auto (on, unless a "
+                       "one-time probe shows this machine's AMX kernels crash), on, off",
+                       choices=["auto", "on", "off"])
     keep_alive: float = _opt(300.0, "seconds a model stays loaded unused (-1: forever); the "
                              "default model is loaded again on its next request")
     memory_budget_mb: int = _opt(0, "memory for loaded models, weights plus KV cache; the "
@@ -61,6 +64,9 @@ class ServeOptions:
                               "`Authorization: Bearer KEY`", action="append")
     api_key_file: Path | None = _opt(None, "file with one accepted API key per line")
     drain_timeout: float = _opt(30.0, "seconds SIGTERM waits for requests in flight")
+    max_body_mb: float = _opt(8.0, "largest request body accepted, in MiB; larger gets a 413")
+    watchdog_seconds: float = _opt(30.0, "an engine step stalled this long makes /health "
+                                   "answer 503 (and stops systemd watchdog pings)")
     log_level: str = _opt("info", "critical, error, warning, info or debug",
                           choices=["critical", "error", "warning", "info", "debug"])
     config: Path | None = _opt(None, "TOML file of these options (keys as the flag names, "

@@ -15,6 +15,8 @@ from pathlib import Path
 import llama_cpp as lc
 import numpy as np
 
+from .cpu_probe import extra_buffers_safe
+
 log = logging.getLogger(__name__)
 
 _backend_ready = False
@@ -51,6 +53,7 @@ class ContextSettings:
     n_batch: int = 512  # tokens per llama_decode call
     n_threads: int = 0  # 0: one per CPU core
     n_gpu_layers: int = -1  # -1: offload every layer where a GPU backend exists
+    repack: str = "auto"  # CPU extra buffers (AMX/AVX repacked weights): auto, on, off
 
 
 def default_threads() -> int:
@@ -119,6 +122,8 @@ class LlamaModel:
             raise ModelLoadError(f"model file not found: {path}")
         self.path = path
         mparams = lc.llama_model_default_params()
+        system_info = lc.llama_print_system_info().decode(errors="replace")
+        mparams.use_extra_bufts = extra_buffers_safe(path, settings.repack, system_info)
         if settings.n_gpu_layers >= 0:
             mparams.n_gpu_layers = settings.n_gpu_layers
         else:
@@ -197,6 +202,12 @@ class LlamaModel:
         """The logits of one output row of the last decode, as a numpy view (no copy)."""
         ptr = lc.llama_get_logits_ith(self.ctx, batch_index)
         return np.ctypeslib.as_array(ptr, shape=(self.vocab.n_tokens,))
+
+    def logits_rows(self, first_batch_index: int, count: int) -> np.ndarray:
+        """Logits of `count` consecutive batch rows that all asked for logits: llama.cpp
+        stores their outputs next to each other, so this is one (count, vocab) view."""
+        ptr = lc.llama_get_logits_ith(self.ctx, first_batch_index)
+        return np.ctypeslib.as_array(ptr, shape=(count, self.vocab.n_tokens))
 
     def close(self) -> None:
         if getattr(self, "ctx", None):
