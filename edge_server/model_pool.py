@@ -29,6 +29,23 @@ class UnknownModel(LookupError):
 class ModelUnavailable(RuntimeError):
     """Known, but cannot be served now: not downloaded, failed to load, or no memory."""
 
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# A model that failed to load is not tried again for this long, doubling per failure:
+# a broken file must not cost a full load (and its memory) on every request.
+_LOAD_BACKOFF_FIRST_S = 2.0
+_LOAD_BACKOFF_MAX_S = 300.0
+
+
+@dataclass
+class _LoadFailure:
+    message: str
+    count: int
+    retry_at: float
+
 
 @dataclass
 class ModelSpec:
@@ -57,6 +74,12 @@ class _Loaded:
     load_seconds: float
     leases: int = 0
     last_used: float = field(default_factory=time.monotonic)
+
+
+def _public_reason(exc: Exception) -> str:
+    """The kind of failure without file paths, for clients."""
+    name = type(exc).__name__
+    return "the model file could not be loaded" if "Load" in name else "see the server log"
 
 
 def physical_memory() -> int:
@@ -96,6 +119,7 @@ class ModelPool:
         self._loaded: dict[str, _Loaded] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.load_errors: dict[str, str] = {}
+        self._failures: dict[str, _LoadFailure] = {}
         self.load_seconds: dict[str, float] = {}
 
     # --- lookup and leases -------------------------------------------------------------
@@ -131,6 +155,13 @@ class ModelPool:
     async def _load(self, spec: ModelSpec) -> _Loaded:
         if spec.path is None:
             raise ModelUnavailable(spec.missing_reason or f"model `{spec.id}` is not available")
+        failure = self._failures.get(spec.id)
+        if failure is not None and time.monotonic() < failure.retry_at:
+            wait = max(1, int(failure.retry_at - time.monotonic() + 0.999))
+            raise ModelUnavailable(
+                f"model `{spec.id}` failed to load ({failure.message}); next try in {wait}s",
+                retry_after=wait,
+            )
         need = spec.estimated_bytes()
         await self._make_room(need, spec.id)
         started = time.monotonic()
@@ -141,9 +172,19 @@ class ModelPool:
             )
         except Exception as exc:
             self.load_errors[spec.id] = str(exc)
-            log.error("could not load model %s: %s", spec.id, exc)
-            raise ModelUnavailable(f"model `{spec.id}` failed to load") from exc
+            count = failure.count + 1 if failure is not None else 1
+            delay = min(_LOAD_BACKOFF_FIRST_S * 2 ** (count - 1), _LOAD_BACKOFF_MAX_S)
+            self._failures[spec.id] = _LoadFailure(
+                _public_reason(exc), count, time.monotonic() + delay
+            )
+            log.error("could not load model %s (try %d, next in %.0fs): %s",
+                      spec.id, count, delay, exc)
+            raise ModelUnavailable(
+                f"model `{spec.id}` failed to load ({_public_reason(exc)})",
+                retry_after=int(delay),
+            ) from exc
         self.load_errors.pop(spec.id, None)
+        self._failures.pop(spec.id, None)
         if self._on_job_done is not None:
             callback = self._on_job_done
             engine.scheduler.on_job_done = lambda stats, mid=spec.id: callback(mid, stats)
@@ -206,7 +247,17 @@ class ModelPool:
     # --- reporting -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, dict[str, int]]:
-        return {mid: x.engine.scheduler.stats() for mid, x in self._loaded.items()}
+        return {
+            mid: {**x.engine.scheduler.stats(), "leases": x.leases}
+            for mid, x in self._loaded.items()
+        }
+
+    def stalled(self, limit: float) -> list[str]:
+        """Models whose engine step has run longer than `limit` seconds (watchdog)."""
+        return [
+            mid for mid, x in self._loaded.items()
+            if x.engine.scheduler.stalled_for() > limit
+        ]
 
     def close(self) -> None:
         loaded, self._loaded = list(self._loaded.values()), {}

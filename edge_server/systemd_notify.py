@@ -20,3 +20,16 @@ def notify(state: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def watchdog_interval() -> float | None:
+    """Seconds between WATCHDOG=1 pings when systemd's WatchdogSec= is on (half its
+    timeout, as sd_watchdog_enabled advises), else None."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        return max(int(usec) / 2e6, 0.5)
+    except ValueError:
+        return None

@@ -35,6 +35,11 @@ async def health(request: Request) -> JSONResponse:
                             503)
     if not state.ready:
         return JSONResponse({"status": "loading"}, 503)
+    stalled = models.stalled(getattr(state, "watchdog_seconds", 30.0))
+    if stalled:
+        # An engine step that runs this long is stuck in C: say so, so that a service
+        # manager or load balancer stops sending work and restarts us.
+        return JSONResponse({"status": "stalled", "stalled_models": stalled}, 503)
     return JSONResponse({"status": "ok", "models": models.stats()})
 
 

@@ -26,6 +26,27 @@ class GenerationRequest:
     logprobs: int | None = None  # None: none; k: chosen token's logprob plus the top k
     prompt_logprobs: bool = False  # also score every prompt token (echo with logprobs)
 
+    def check(self, *, n_ctx: int, max_choices: int, n_vocab: int) -> None:
+        """Refuses what the engine cannot serve: out-of-vocabulary ids, more choices
+        than sequences, more tokens than the KV cache holds."""
+        tokens = self.prompt_tokens
+        if not tokens:
+            raise EngineError("the prompt is empty", status=400, code="invalid_prompt")
+        if any(not 0 <= t < n_vocab for t in tokens):
+            raise EngineError("the prompt holds a token id outside the vocabulary", status=400)
+        if not 1 <= self.n <= max_choices:
+            raise EngineError(f"n may be at most {max_choices} here", status=400)
+        if self.max_tokens < 1:
+            raise EngineError("max_tokens must be at least 1", status=400)
+        # The n choices share the prompt's cells; each writes its own completion.
+        if len(tokens) + self.n * self.max_tokens > n_ctx:
+            raise EngineError(
+                f"the prompt ({len(tokens)} tokens) plus n ({self.n}) x max_tokens "
+                f"({self.max_tokens}) exceeds the context of {n_ctx} tokens",
+                status=400,
+                code="context_length_exceeded",
+            )
+
 
 @dataclass
 class ChoiceDelta:
@@ -62,6 +83,13 @@ class EngineOverloaded(EngineError):
         self.retry_after = retry_after
 
 
+class EngineCancelled(EngineError):
+    """The request was cancelled (its client left): what ends its handle's stream."""
+
+    def __init__(self) -> None:
+        super().__init__("the request was cancelled", status=499, code="request_cancelled")
+
+
 _DONE = object()
 
 
@@ -89,7 +117,12 @@ class RequestHandle:
     # Event loop side -----------------------------------------------------------------
 
     def cancel(self) -> None:
-        self.cancelled = True
+        """Ends the request for its caller at once; the engine frees its sequences at
+        the next step. Whoever waits on this handle gets EngineCancelled, so no waiter
+        (and no model lease it holds) is ever left hanging."""
+        if not self.cancelled:
+            self.cancelled = True
+            self._queue.put_nowait([EngineCancelled()])
 
     async def started(self) -> None:
         """Waits until the engine answered (first token or error); raises its error.

@@ -127,6 +127,10 @@ class SamplerChain:
         self._add(lc.llama_sampler_init_temp(p.temperature))
         self._add(lc.llama_sampler_init_dist(seed))
 
+    @property
+    def has_grammar(self) -> bool:
+        return self._grammar is not None
+
     def prime(self, prompt_tokens: list[int]) -> None:
         """Let the penalties see the prompt, as repetition penalty is documented to."""
         if self._penalties is not None:
