@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -16,6 +18,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# The suite must hold for any thread count (llama.cpp's numerics depend on it): set
+# EDGE_TEST_THREADS=1 to run every test server single-threaded.
+THREADS_ENV = "EDGE_TEST_THREADS"
+
+
+def assert_independent_draws(texts: list[str], logprob_sums: list[float]) -> None:
+    """Choices drawn independently at temperature 1.0 (no other sampler) are all equal only
+    by chance: given the first, with probability p**(k-1), p being its probability under
+    the model (the sum of its token logprobs). Fail only where that chance was below one
+    in a million, whatever words the model prefers."""
+    if len(set(texts)) > 1:
+        return
+    chance = (len(texts) - 1) * logprob_sums[0]
+    assert chance > math.log(1e-6), f"{len(texts)} identical draws, chance e^{chance:.1f}"
 
 
 def free_port() -> int:
@@ -44,9 +60,15 @@ def start_server(
     name: str = "server",
     env: dict[str, str] | None = None,
     wait: bool = True,
+    memory_limit_mb: int | None = None,
 ) -> RunningServer:
+    """`memory_limit_mb` caps the server's address space, so that a request which makes it
+    allocate without bound fails that server instead of the machine's other processes."""
     port = free_port()
     log_path = tmp / f"{name}-{port}.log"
+    threads = os.environ.get(THREADS_ENV)
+    if threads and "--threads" not in args:
+        args = (*args, "--threads", threads)
     cmd = [sys.executable, "-m", "edge_server", "serve", "--port", str(port), *args]
     process = subprocess.Popen(
         cmd,
@@ -54,11 +76,17 @@ def start_server(
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
+        preexec_fn=None if memory_limit_mb is None else lambda: _limit_memory(memory_limit_mb),
     )
     server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
     if wait:
         wait_healthy(server)
     return server
+
+
+def _limit_memory(megabytes: int) -> None:
+    limit = megabytes * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def wait_healthy(server: RunningServer, timeout: float = 120.0) -> None:

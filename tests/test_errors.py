@@ -137,6 +137,9 @@ def test_context_overflow_error_names_sizes(http) -> None:
 
 
 def test_truncate_lowers_max_tokens(http) -> None:
+    # A forced "." meets the stop list at once: the request ends quickly however long the
+    # model would have gone on, and is served rather than refused.
+    [dot] = http.post("/tokenize", json={"model": DEFAULT_MODEL, "content": "."}).json()["tokens"]
     r = http.post(
         COMP,
         json={
@@ -145,9 +148,11 @@ def test_truncate_lowers_max_tokens(http) -> None:
             "max_tokens": 100000,
             "temperature": 0,
             "stop": ["\n", "."],
+            "logit_bias": {str(dot): 100},
         },
     )
     assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "stop"
 
 
 def test_prompt_longer_than_context_is_400(http) -> None:

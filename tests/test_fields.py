@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import DEFAULT_MODEL
+from conftest import DEFAULT_MODEL, assert_independent_draws
 
 PROMPT = "My favourite fruit is"
 
@@ -26,6 +26,11 @@ def tokenize(http, text: str) -> list[int]:
     return http.post("/tokenize", json={"model": DEFAULT_MODEL, "content": text}).json()["tokens"]
 
 
+def is_greedy(logprob: float, top: dict[str, float]) -> bool:
+    """The chosen token is the most likely one (logprobs are the model's own)."""
+    return math.isclose(logprob, max(top.values()), abs_tol=1e-4)
+
+
 def test_logit_bias_plus_100_forces_a_token(http) -> None:
     token = tokenize(http, " banana")[0]
     piece = http.post("/detokenize", json={"model": DEFAULT_MODEL, "tokens": [token]}).json()
@@ -36,21 +41,32 @@ def test_logit_bias_plus_100_forces_a_token(http) -> None:
 
 
 def test_logit_bias_minus_100_bans_a_token(http) -> None:
-    greedy = complete(http, prompt=PROMPT, max_tokens=1, temperature=0)["choices"][0]["text"]
-    [token] = tokenize(http, greedy)
-    banned = complete(
-        http, prompt=PROMPT, max_tokens=1, temperature=0, logit_bias={str(token): -100}
-    )["choices"][0]["text"]
-    assert banned != greedy
+    args = dict(prompt=PROMPT, max_tokens=1, temperature=0, logprobs=1)
+    greedy = complete(http, **args)["choices"][0]["logprobs"]
+    # Whatever the model's favourite is, ban it (every id its text tokenizes to).
+    ids = tokenize(http, greedy["tokens"][0])
+    assert ids, greedy
+    banned = complete(http, **args, logit_bias={str(t): -100 for t in ids})["choices"][0]
+    assert banned["logprobs"]["tokens"][0] != greedy["tokens"][0]
+    # The next best was chosen: less likely than the banned favourite.
+    assert banned["logprobs"]["token_logprobs"][0] < greedy["token_logprobs"][0]
 
 
-def test_mirostat_runs_and_changes_output(http) -> None:
-    args = dict(prompt=PROMPT, max_tokens=24, temperature=1.0, seed=11, ignore_eos=True)
-    plain = complete(http, **args)["choices"][0]["text"]
-    miro = complete(http, **args, mirostat_target=1.0, mirostat_lr=0.2)["choices"][0]["text"]
-    again = complete(http, **args, mirostat_target=1.0, mirostat_lr=0.2)["choices"][0]["text"]
-    assert miro != plain
-    assert miro == again  # seeded mirostat is repeatable too
+def test_mirostat_is_applied_and_repeatable(http) -> None:
+    """Mirostat v2 keeps only tokens whose surprise is below mu, which starts at twice the
+    target and grows by at most lr x target per token. With a target of 0.05 bits mu stays
+    under 0.22 bits over 24 tokens, which no token but the most likely one can meet (when
+    none does, llama.cpp keeps the most likely): at temperature 1.0 the output is greedy
+    whatever the model's distribution."""
+    args = dict(prompt=PROMPT, max_tokens=24, temperature=1.0, seed=11, ignore_eos=True,
+                logprobs=2, mirostat_target=0.05, mirostat_lr=0.1)
+    miro = complete(http, **args)["choices"][0]
+    lp = miro["logprobs"]
+    assert len(lp["tokens"]) == 24
+    assert all(is_greedy(x, top) for x, top in zip(lp["token_logprobs"], lp["top_logprobs"],
+                                                    strict=True))
+    again = complete(http, **args)["choices"][0]
+    assert again["text"] == miro["text"]  # seeded mirostat is repeatable too
 
 
 def test_completion_logprobs(http) -> None:
@@ -65,7 +81,7 @@ def test_completion_logprobs(http) -> None:
         assert logprob <= 0
         assert 1 <= len(top) <= 3
         # Greedy picks the most likely token: its logprob is the top entry's.
-        assert math.isclose(logprob, max(top.values()), abs_tol=1e-4)
+        assert is_greedy(logprob, top)
         assert math.isclose(top[token], logprob, abs_tol=1e-4)
 
 
@@ -81,6 +97,7 @@ def test_chat_logprobs(http) -> None:
         messages=[{"role": "user", "content": "Say hello"}],
         max_tokens=5,
         temperature=0,
+        ignore_eos=True,
         logprobs=True,
         top_logprobs=4,
     )
@@ -108,6 +125,7 @@ def test_chat_logprobs_stream(http) -> None:
             "top_logprobs": 2,
             "stream": True,
             "temperature": 0,
+            "ignore_eos": True,
         },
     ) as r:
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
@@ -121,7 +139,8 @@ def test_chat_logprobs_stream(http) -> None:
 
 
 def test_echo_with_logprobs_scores_prompt(http) -> None:
-    r = complete(http, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, logprobs=1)
+    r = complete(http, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, logprobs=1,
+                 ignore_eos=True)
     choice = r["choices"][0]
     lp = choice["logprobs"]
     n_prompt = r["usage"]["prompt_tokens"]
@@ -135,11 +154,15 @@ def test_echo_with_logprobs_scores_prompt(http) -> None:
 
 def test_n_choices_share_prompt_and_differ(http) -> None:
     r = complete(http, prompt=PROMPT, max_tokens=12, temperature=1.0, n=4, seed=3, ignore_eos=True)
-    texts = [c["text"] for c in r["choices"]]
     assert [c["index"] for c in r["choices"]] == [0, 1, 2, 3]
-    assert len(set(texts)) > 1
     assert r["usage"]["completion_tokens"] == 48
     assert r["usage"]["prompt_tokens"] == len(tokenize(http, PROMPT))
+    # Without ignore_eos the draws are the model's own distribution: their logprobs tell
+    # how likely identical choices were.
+    drawn = complete(http, prompt=PROMPT, max_tokens=12, temperature=1.0, n=4, seed=3,
+                     logprobs=0)["choices"]
+    assert_independent_draws([c["text"] for c in drawn],
+                             [sum(c["logprobs"]["token_logprobs"]) for c in drawn])
 
 
 def test_chat_n_choices(http) -> None:
@@ -148,11 +171,15 @@ def test_chat_n_choices(http) -> None:
         messages=[{"role": "user", "content": "Tell me a word"}],
         max_tokens=8,
         n=3,
-        temperature=1.2,
+        temperature=1.0,
         seed=8,
+        logprobs=True,
     )
-    assert len(r["choices"]) == 3
-    assert len({c["message"]["content"] for c in r["choices"]}) > 1
+    assert [c["index"] for c in r["choices"]] == [0, 1, 2]
+    assert_independent_draws(
+        [c["message"]["content"] for c in r["choices"]],
+        [sum(e["logprob"] for e in c["logprobs"]["content"]) for c in r["choices"]],
+    )
 
 
 def test_best_of_returns_highest_mean_logprob(http) -> None:
@@ -225,8 +252,11 @@ def test_other_media_parts_refused(http, part: str) -> None:
 
 
 def test_chat_max_tokens_may_be_omitted(http) -> None:
+    # The forced "." meets the stop list at once, however long the model would go on.
+    [dot] = tokenize(http, ".")
     r = chat(
-        http, messages=[{"role": "user", "content": "Say yes."}], temperature=0, stop=["\n", "."]
+        http, messages=[{"role": "user", "content": "Say yes."}], temperature=0,
+        stop=["\n", "."], logit_bias={str(dot): 100},
     )
     assert r["choices"][0]["finish_reason"] == "stop"
 

@@ -32,38 +32,52 @@ def thinking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     stop_server(server)
 
 
-def post(server: RunningServer, **body) -> dict:
+@pytest.fixture(scope="module")
+def forced(thinking_server: RunningServer) -> tuple[dict[str, int], str]:
+    """A logit_bias that makes every generated token " sky", and that token's text: the
+    answer is then known whatever the model would write (it could write `</think>`)."""
+    [token] = httpx.post(f"{thinking_server.base_url}/tokenize",
+                         json={"model": MODEL, "content": " sky"}).json()["tokens"]
+    text = httpx.post(f"{thinking_server.base_url}/detokenize",
+                      json={"model": MODEL, "tokens": [token]}).json()["content"]
+    return {str(token): 100}, text
+
+
+def post(server: RunningServer, forced: tuple[dict[str, int], str], **body) -> dict:
     r = httpx.post(f"{server.v1}/chat/completions", json={
         "model": MODEL, "messages": [{"role": "user", "content": "Why is the sky blue?"}],
-        "max_tokens": 12, "temperature": 0, "ignore_eos": True, **body}, timeout=60)
+        "max_tokens": 12, "temperature": 0, "ignore_eos": True, "logit_bias": forced[0],
+        **body}, timeout=60)
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def test_reasoning_goes_to_reasoning_content(thinking_server) -> None:
-    plain = post(thinking_server)["choices"][0]["message"]["content"]
-    split = post(thinking_server, separate_reasoning=True)["choices"][0]["message"]
-    assert split["reasoning_content"] == plain.strip() or split["reasoning_content"] == plain
+def test_reasoning_goes_to_reasoning_content(thinking_server, forced) -> None:
+    plain = post(thinking_server, forced)["choices"][0]["message"]["content"]
+    assert plain == forced[1] * 12
+    split = post(thinking_server, forced, separate_reasoning=True)["choices"][0]["message"]
+    assert split["reasoning_content"] in (plain, plain.strip())
     assert split["content"] in (None, "")
 
 
-def test_enable_thinking_reaches_the_template(thinking_server) -> None:
-    on = post(thinking_server, separate_reasoning=True)
-    off = post(thinking_server, separate_reasoning=True, enable_thinking=False)
+def test_enable_thinking_reaches_the_template(thinking_server, forced) -> None:
+    on = post(thinking_server, forced, separate_reasoning=True)
+    off = post(thinking_server, forced, separate_reasoning=True, enable_thinking=False)
     assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
     message = off["choices"][0]["message"]
-    assert message["content"]
+    assert message["content"] in (forced[1] * 12, (forced[1] * 12).strip())
     assert "reasoning_content" not in message
 
 
-def test_reasoning_streams_as_reasoning_deltas(thinking_server) -> None:
+def test_reasoning_streams_as_reasoning_deltas(thinking_server, forced) -> None:
     with httpx.stream("POST", f"{thinking_server.v1}/chat/completions", json={
         "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
         "stream": True, "separate_reasoning": True, "ignore_eos": True,
-        "temperature": 0}, timeout=60) as r:
+        "temperature": 0, "logit_bias": forced[0]}, timeout=60) as r:
         deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in r.iter_lines()
                   if line.startswith("data: {")]
-    assert any(d.get("reasoning_content") for d in deltas)
+    reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+    assert reasoning.strip() == (forced[1] * 8).strip()
     assert not any(d.get("content") for d in deltas)
 
 

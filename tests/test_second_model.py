@@ -48,15 +48,27 @@ def test_gemma_gguf_has_no_template_and_the_override_is_used(gemma_server) -> No
 
 
 def test_both_models_answer_from_one_server(gemma_server) -> None:
-    def complete(model: str) -> str:
+    prompt = "The capital of France is"
+
+    def complete(model: str) -> dict:
         r = httpx.post(f"{gemma_server.v1}/completions", timeout=120, json={
-            "model": model, "prompt": "The capital of France is", "max_tokens": 8,
-            "temperature": 0})
+            "model": model, "prompt": prompt, "max_tokens": 8, "temperature": 0,
+            "ignore_eos": True})
         assert r.status_code == 200, r.text
-        return r.json()["choices"][0]["text"]
+        return r.json()
+
+    def tokens(model: str) -> list[int]:
+        return httpx.post(f"{gemma_server.base_url}/tokenize", json={
+            "model": model, "content": prompt, "add_special": True}).json()["tokens"]
 
     gemma, smol = complete("gemma3-270m"), complete(DEFAULT_MODEL)
-    assert gemma and smol and gemma != smol
+    assert gemma["choices"][0]["text"] and smol["choices"][0]["text"]
+    # Each request ran on its own model: the two vocabularies tokenize the prompt
+    # differently, and each count is its model's (the texts may well agree).
+    assert tokens("gemma3-270m") != tokens(DEFAULT_MODEL)
+    assert gemma["usage"]["prompt_tokens"] == len(tokens("gemma3-270m"))
+    assert smol["usage"]["prompt_tokens"] == len(tokens(DEFAULT_MODEL))
+    assert gemma["usage"]["completion_tokens"] == smol["usage"]["completion_tokens"] == 8
     models = {m["id"]: m["status"] for m in
               httpx.get(f"{gemma_server.v1}/models").json()["data"]}
     assert models == {DEFAULT_MODEL: "loaded", "gemma3-270m": "loaded"}

@@ -8,7 +8,7 @@ import httpx
 import jsonschema
 import pytest
 from conftest import DEFAULT_MODEL
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 ADDRESS = {
     "type": "object",
@@ -312,7 +312,9 @@ def test_streamed_json_schema_output_validates(http) -> None:
 
 
 class Weather(BaseModel):
-    city: str
+    # Bounded, so the JSON always completes within max_tokens: an unbounded string would
+    # end only when the model chooses to close it.
+    city: str = Field(max_length=20)
     temperature_c: int
     sunny: bool
 
@@ -322,7 +324,7 @@ def test_openai_parse_helper(client) -> None:
         model=DEFAULT_MODEL,
         messages=[{"role": "user", "content": "Weather in Paris as JSON."}],
         response_format=Weather,
-        max_tokens=200,
+        max_tokens=400,
         temperature=0,
     )
     parsed = completion.choices[0].message.parsed
@@ -441,7 +443,7 @@ def test_required_tool_call_has_valid_arguments(client, function: dict) -> None:
         messages=[{"role": "user", "content": f"Please use {function['name']}."}],
         tools=tools,
         tool_choice={"type": "function", "function": {"name": function["name"]}},
-        max_tokens=200,
+        max_tokens=400,
         temperature=0.5,
         seed=4,
     )
@@ -460,7 +462,7 @@ def test_tool_choice_required_picks_a_listed_function(client) -> None:
         messages=[{"role": "user", "content": "What is 2+3?"}],
         tools=tools,
         tool_choice="required",
-        max_tokens=200,
+        max_tokens=400,
         temperature=0,
     )
     [call] = r.choices[0].message.tool_calls
@@ -475,7 +477,7 @@ def test_tool_call_streamed(http) -> None:
         json={
             "model": DEFAULT_MODEL,
             "stream": True,
-            "max_tokens": 200,
+            "max_tokens": 400,
             "messages": [{"role": "user", "content": "Add 2 and 3"}],
             "tools": [{"type": "function", "function": FUNCTIONS[1]}],
             "tool_choice": "required",

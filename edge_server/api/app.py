@@ -12,9 +12,10 @@ from starlette.middleware import Middleware
 
 from ..model_pool import ModelPool
 from .auth import APIKeyAuth
+from .body import BodyLimit
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
-from .errors import EXCEPTION_HANDLERS
+from .errors import EXCEPTION_HANDLERS, ErrorBoundary
 from .metrics import Metrics, RequestCounter, metrics_route
 from .models_router import routes as model_routes
 from .tokenize_router import routes as tokenize_routes
@@ -29,8 +30,10 @@ def create_app(
     metrics: Metrics,
     api_keys: list[str] | None = None,
     reap_interval: float = 1.0,
+    max_body_mb: float = 8.0,
 ) -> Starlette:
-    """`preload`: the model loaded at start; /health answers 200 once it serves."""
+    """`preload`: the model loaded at start; /health answers 200 once it serves.
+    `max_body_mb`: larger request bodies get a 413."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -56,7 +59,13 @@ def create_app(
                 await loading
             pool.close()
 
-    middleware = [Middleware(RequestCounter, metrics=metrics)]
+    # Outermost first: count every answer, then turn any unexpected error into a 500 that
+    # keeps the connection usable, then refuse oversized bodies before anything reads them.
+    middleware = [
+        Middleware(RequestCounter, metrics=metrics),
+        Middleware(ErrorBoundary),
+        Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
+    ]
     if api_keys:
         middleware.append(Middleware(APIKeyAuth, keys=api_keys))
     metrics.watch_pool(pool)

@@ -1,30 +1,66 @@
-"""What every route needs before it serves: a parsed body and a lease on its model."""
+"""What every route needs before it serves: a parsed body, a lease on its model, and a
+place off the event loop for CPU-heavy preparation."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+import os
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
 
+import anyio
+import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ..engine import Engine
 from ..model_pool import Lease, ModelPool, ModelUnavailable, UnknownModel
-from .errors import APIError, from_validation_error, read_json_object
+from .body import parse_json_object
+from .errors import APIError, from_validation_error
 
 log = logging.getLogger(__name__)
 
 RequestModel = TypeVar("RequestModel", bound=BaseModel)
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
+
+# Bodies this small parse in well under a millisecond: not worth a thread hop.
+_INLINE_BODY_BYTES = 64 * 1024
+_PREPARE_THREADS = max(2, min(8, os.cpu_count() or 2))
+_limiter: anyio.CapacityLimiter | None = None
+
+
+async def off_loop(
+    fn: Callable[Params, Result], *args: Params.args, **kwargs: Params.kwargs
+) -> Result:
+    """Runs CPU-heavy request preparation (parsing, template rendering, tokenizing,
+    grammar building) on a worker thread, so one huge request cannot stall every stream
+    the event loop serves. A few at a time: the rest wait their turn."""
+    global _limiter
+    if _limiter is None:
+        _limiter = anyio.CapacityLimiter(_PREPARE_THREADS)
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, *args, **kwargs), limiter=_limiter
+    )
+
+
+def _validated(raw: bytes, model: type[RequestModel]) -> RequestModel:
+    body = parse_json_object(raw)
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from exc
 
 
 async def parse_body(request: Request, model: type[RequestModel]) -> RequestModel:
-    body = await read_json_object(request)
-    try:
-        parsed = model.model_validate(body)
-    except ValidationError as exc:
-        raise from_validation_error(exc) from exc
+    raw = await request.body()
+    if len(raw) <= _INLINE_BODY_BYTES:
+        parsed = _validated(raw, model)
+    else:
+        parsed = await off_loop(_validated, raw, model)
     if parsed.model_extra:
         # OpenAI ignores fields it does not know; we do too, but say so in the log.
         log.info("ignored unknown fields on %s: %s", request.url.path, sorted(parsed.model_extra))
@@ -49,7 +85,7 @@ async def acquire(request: Request, model: str) -> Lease:
     except ModelUnavailable as exc:
         raise APIError(
             503, str(exc), type="server_error", code="model_unavailable",
-            headers={"Retry-After": "5"},
+            headers={"Retry-After": str(max(1, exc.retry_after))},
         ) from exc
 
 
@@ -57,24 +93,26 @@ async def serve_with_model(
     request: Request, model: str, serve: Callable[[Engine], Awaitable[Response]]
 ) -> Response:
     """Runs `serve` with the model's engine, holding the lease until the response (a
-    stream included) is finished."""
+    stream included) has been sent, or the client left: a lease is never kept."""
     lease = await acquire(request, model)
     try:
         response = await serve(lease.engine)
     except BaseException:
         lease.release()
         raise
-    if isinstance(response, StreamingResponse):
-        response.body_iterator = _released_after(response.body_iterator, lease)
-    else:
-        lease.release()
-    return response
+    return _LeasedResponse(response, lease)  # type: ignore[return-value]
 
 
-async def _released_after(body: AsyncIterator[str | bytes], lease: Lease) -> AsyncIterator[
-        str | bytes]:
-    try:
-        async for chunk in body:
-            yield chunk
-    finally:
-        lease.release()
+class _LeasedResponse:
+    """The response as an ASGI app that releases the model lease however sending ends
+    (a stream whose client vanished before its first byte included)."""
+
+    def __init__(self, inner: Response, lease: Lease) -> None:
+        self.inner = inner
+        self.lease = lease
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            self.lease.release()

@@ -6,7 +6,6 @@ traceback or a file path.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..engine import EngineError, EngineOverloaded
 
@@ -112,9 +112,43 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return APIError(exc.status_code, message, type=kind, code=str(exc.status_code)).response()
 
 
+def _internal_error() -> APIError:
+    return APIError(500, "internal server error", type="server_error")
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
-    return APIError(500, "internal server error", type="server_error").response()
+    return _internal_error().response()
+
+
+class ErrorBoundary:
+    """ASGI middleware: an unexpected exception becomes a 500 in the OpenAI shape and
+    ends there. (Starlette's own last-resort handler re-raises after answering, and the
+    server then drops the keep-alive connection, failing the client's next request.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            log.exception("unhandled error", exc_info=exc)
+            if started:
+                # Half a response cannot be mended; returning lets the server close it.
+                return
+            await _internal_error().response()(scope, receive, send)
 
 
 EXCEPTION_HANDLERS = {
@@ -122,15 +156,3 @@ EXCEPTION_HANDLERS = {
     HTTPException: _http_error,
     Exception: _unexpected,
 }
-
-
-async def read_json_object(request: Request) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 that says what is wrong with it."""
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise invalid(None, f"the request body is not valid JSON: {exc}", "invalid_json") from exc
-    if not isinstance(body, dict):
-        raise invalid(None, "the request body must be a JSON object", "invalid_json")
-    return body

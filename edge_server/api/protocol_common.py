@@ -6,9 +6,16 @@ logged by the router, never silently acted on.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+import re
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .limits import INT32_MAX, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
+
+# Token ids as OpenAI writes them: ASCII digits only (str.isdigit() also takes "²").
+_TOKEN_ID = re.compile(r"-?[0-9]{1,10}")
 
 
 class StreamOptions(BaseModel):
@@ -43,18 +50,18 @@ class SamplingRequest(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(default=1, ge=1, le=128)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**64 - 1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=1)
+    top_k: int | None = Field(default=None, ge=1, le=INT32_MAX)  # a C int32
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0, lt=2.0)
-    mirostat_target: float | None = Field(default=None, gt=0.0)
+    mirostat_target: float | None = Field(default=None, gt=0.0, le=100.0)
     mirostat_lr: float | None = Field(default=None, gt=0.0, le=1.0)
-    logit_bias: dict[str, float] | None = None
-    stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
     include_stop_str_in_output: bool | None = False  # opt-in: keep the stop text (Novita)
     ignore_eos: bool | None = False
     response_format: ResponseFormat | None = None
@@ -63,17 +70,23 @@ class SamplingRequest(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and len(v) > 4:
-            raise ValueError("at most 4 stop sequences")
+        stops = [v] if isinstance(v, str) else v or []
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences")
+        for stop in stops:
+            if not stop:
+                raise ValueError("a stop sequence may not be empty")
+            if len(stop) > MAX_STOP_CHARS:
+                raise ValueError(f"a stop sequence may be at most {MAX_STOP_CHARS} characters")
         return v
 
     @field_validator("logit_bias")
     @classmethod
     def _bias_range(cls, v: dict[str, float] | None) -> dict[str, float] | None:
         for key, value in (v or {}).items():
-            if not key.lstrip("-").isdigit():
-                raise ValueError(f"keys must be token ids, got {key!r}")
-            if not -100.0 <= value <= 100.0:
+            if not _TOKEN_ID.fullmatch(key):
+                raise ValueError(f"keys must be token ids, got {key[:32]!r}")
+            if not math.isfinite(value) or not -100.0 <= value <= 100.0:
                 raise ValueError(f"bias for token {key} must be between -100 and 100")
         return v
 

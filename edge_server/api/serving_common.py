@@ -15,9 +15,10 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ..engine import ChoiceDelta, Engine, EngineError, GenerationRequest, SamplingParams, Usage
-from ..engine.json_grammar import ANY_JSON_OBJECT, SchemaError, grammar_for_schema, unenforced
+from ..engine.json_grammar import ANY_JSON_OBJECT, SchemaError, compile_schema, name_tool_paths
 from ..engine.logprobs import TokenLogprob
 from ..engine.request import RequestHandle
 from .errors import APIError, from_engine_error, invalid
@@ -51,19 +52,17 @@ def response_grammar(req: SamplingRequest) -> str | None:
 
 
 def schema_grammar(schema: dict[str, Any], *, strict: bool, param: str) -> str:
-    gaps = unenforced(schema)
-    if gaps and strict:
-        raise invalid(
-            param,
-            f"strict schemas may not use keywords this server cannot enforce: {', '.join(gaps)}",
-            "unsupported_schema",
-        )
-    if gaps:
-        log.info("best effort: schema keywords not enforced: %s", gaps)
+    """The grammar for the schema that `param` gave (for `tools`, the schema of a call to
+    one of them). A malformed schema, or a strict one past the grammar limits, is a 400
+    naming `param`; a non-strict one is relaxed to the limits (logged)."""
     try:
-        return grammar_for_schema(schema)
+        compiled = compile_schema(schema, strict=strict)
     except SchemaError as exc:
-        raise invalid(param, str(exc), "unsupported_schema") from exc
+        message = name_tool_paths(str(exc), schema) if param == "tools" else str(exc)
+        raise invalid(param, f"{param}: {message}", "unsupported_schema") from exc
+    if compiled.relaxed:
+        log.info("%s: best effort, not enforced: %s", param, "; ".join(compiled.relaxed))
+    return compiled.grammar
 
 
 def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
@@ -90,13 +89,20 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
     )
 
 
-def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None) -> int:
-    """Applies context_length_exceeded_behavior; None as default means 'what fits'."""
-    room = n_ctx - prompt_len
+def max_tokens_for(
+    req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None, n: int = 1
+) -> int:
+    """Applies context_length_exceeded_behavior; None as default means 'what fits'.
+
+    The n choices share the prompt's KV cells and each writes its own completion, so
+    what fits is the room after the prompt divided among them.
+    """
+    room = (n_ctx - prompt_len) // max(n, 1)
     if room < 1:
         raise APIError(
             400,
-            f"The prompt is {prompt_len} tokens, which does not fit the context of {n_ctx} tokens.",
+            f"The prompt is {prompt_len} tokens, which leaves no room for {n} completion(s) "
+            f"in the context of {n_ctx} tokens.",
             type="exceed_context_size_error",
             param="messages" if hasattr(req, "messages") else "prompt",
             code="context_length_exceeded",
@@ -107,8 +113,8 @@ def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: i
     if wanted > room and req.context_length_exceeded_behavior == "error":
         raise APIError(
             400,
-            f"The prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the "
-            f"context of {n_ctx} tokens.",
+            f"The prompt ({prompt_len} tokens) plus n ({n}) x max_tokens ({wanted}) exceeds "
+            f"the context of {n_ctx} tokens.",
             type="exceed_context_size_error",
             param="max_tokens",
             code="context_length_exceeded",
@@ -239,12 +245,29 @@ def sse_event(payload: dict[str, Any]) -> str:
 SSE_DONE = "data: [DONE]\n\n"
 
 
-def sse_response(events: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(
-        events,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+class _EngineEventStream(StreamingResponse):
+    """Server-sent events whose engine work is cancelled however sending ends: the body
+    generator may never start if the client leaves first, so its own cleanup cannot
+    be relied on."""
+
+    def __init__(self, events: AsyncIterator[str], handles: list[RequestHandle]) -> None:
+        super().__init__(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self.handles = handles
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            for handle in self.handles:
+                handle.cancel()
+
+
+def sse_response(events: AsyncIterator[str], handles: list[RequestHandle]) -> StreamingResponse:
+    return _EngineEventStream(events, handles)
 
 
 async def sse_with_errors(events: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -1,35 +1,78 @@
 """POST /tokenize and /detokenize (as llama.cpp's server has them): clients count tokens
-and find ids for logit_bias without a tokenizer of their own."""
+and find ids for logit_bias without a tokenizer of their own.
+
+/tokenize takes either `content` (raw text; `parse_special: false` reads control-token
+text such as `<|im_end|>` as plain text) or chat `messages` (and `tools`), which give
+exactly the prompt tokens /v1/chat/completions would evaluate for them (as vLLM's
+/tokenize does).
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import Engine
-from .dependencies import parse_body, serve_with_model
+from .chat.prompt import chat_prompt
+from .chat.protocol import ChatMessage, Tool
+from .dependencies import off_loop, parse_body, serve_with_model
+from .limits import MAX_MESSAGES, MAX_TOOLS, token_ids
 from .serving_common import check_prompt_tokens
 
 
 class TokenizeRequest(BaseModel):
     model: str
-    content: str
+    content: str | None = None
     add_special: bool = False
+    parse_special: bool = True
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
+    add_generation_prompt: bool = True
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TokenizeRequest:
+        if (self.content is None) == (self.messages is None):
+            raise ValueError("give either `content` or `messages`")
+        return self
 
 
 class DetokenizeRequest(BaseModel):
     model: str
-    tokens: list[int] = Field(max_length=1_000_000)
+    tokens: list[int]
+
+    @field_validator("tokens", mode="plain")
+    @classmethod
+    def _tokens(cls, v: Any) -> list[int]:
+        return token_ids(v)
+
+
+def _tokens(body: TokenizeRequest, engine: Engine) -> list[int]:
+    if body.messages is not None:
+        prompt = chat_prompt(
+            body.messages, engine, body.tools or [],
+            add_generation_prompt=body.add_generation_prompt,
+        )
+        return prompt.tokens
+    assert body.content is not None
+    return engine.tokenize(
+        body.content, add_special=body.add_special, parse_special=body.parse_special
+    )
+
+
+def _content(body: DetokenizeRequest, engine: Engine) -> str:
+    check_prompt_tokens(body.tokens, engine, "tokens")
+    return engine.vocab.detokenize(body.tokens)
 
 
 async def tokenize(request: Request) -> Response:
     body = await parse_body(request, TokenizeRequest)
 
     async def serve(engine: Engine) -> Response:
-        return JSONResponse(
-            {"tokens": engine.tokenize(body.content, add_special=body.add_special)})
+        return JSONResponse({"tokens": await off_loop(_tokens, body, engine)})
 
     return await serve_with_model(request, body.model, serve)
 
@@ -38,8 +81,7 @@ async def detokenize(request: Request) -> Response:
     body = await parse_body(request, DetokenizeRequest)
 
     async def serve(engine: Engine) -> Response:
-        check_prompt_tokens(body.tokens, engine, "tokens")
-        return JSONResponse({"content": engine.vocab.detokenize(body.tokens)})
+        return JSONResponse({"content": await off_loop(_content, body, engine)})
 
     return await serve_with_model(request, body.model, serve)
 

@@ -2,12 +2,24 @@
 
 Templates come from model files, so they run in Jinja's immutable sandbox: a template
 can format messages but cannot touch Python objects or the file system.
+
+Caller text never becomes control tokens. The rendered prompt is tokenized with special
+tokens parsed, since that is how the template's markup (`<|im_start|>`, …) becomes
+tokens; so before rendering, every control-token text inside caller strings (message
+content, names, tool calls, tool schemas: keys and values alike) is swapped for a
+private-use sentinel character, and the tokenizer turns each sentinel back into its text
+tokenized as plain text. Sentinels survive what templates do to content (trim, slicing,
+concatenation); a template that drops one drops that text, and one that repeats it
+repeats the text: either way no control token comes from caller text. Requests without
+such text render exactly as before.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,9 +34,18 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+# Supplementary Private Use Area B: no tokenizer or template gives these a meaning.
+_SENTINEL_FIRST, _SENTINEL_LAST = 0x100000, 0x10FFFD
+
 
 class TemplateError(ValueError):
     """The template could not render these messages (it said why, or it is broken)."""
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    text: str  # the prompt; control texts from caller strings stand as sentinels
+    literals: dict[str, str] = field(default_factory=dict)  # sentinel -> its control text
 
 
 def _raise_exception(message: str) -> None:
@@ -35,10 +56,101 @@ def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
+def literal_pattern(texts: Collection[str]) -> re.Pattern[str] | None:
+    """One regex matching any of `texts`, longest first, built as a trie: thousands of
+    texts (Gemma has ~6,000 control tokens) still scan megabytes in milliseconds."""
+    trie: dict[str, Any] = {}
+    for text in texts:
+        if text:
+            node = trie
+            for char in text:
+                node = node.setdefault(char, {})
+            node[""] = {}  # a text ends here
+    if not trie:
+        return None
+
+    def branch(node: dict[str, Any]) -> str:
+        alternatives = [re.escape(c) + branch(node[c]) for c in sorted(node) if c]
+        if not alternatives:
+            return ""
+        group = "(?:" + "|".join(alternatives) + ")"
+        return group + "?" if "" in node else group
+
+    return re.compile(branch(trie))
+
+
+class _Shield:
+    """Swaps control texts in caller strings for sentinels (see the module's docstring)."""
+
+    def __init__(self, pattern: re.Pattern[str] | None, reserved: str) -> None:
+        self._pattern = pattern
+        self._reserved = reserved  # characters a sentinel must not collide with
+        self._next = _SENTINEL_FIRST
+        self.sentinels: dict[str, str] = {}  # control text -> sentinel
+
+    def apply(self, value: Any) -> Any:
+        if self._pattern is None or not self._found(value):
+            return value  # the common case: nothing to swap, nothing copied
+        self._reserved += "".join(_strings(value))
+        return self._swapped(value)
+
+    def _found(self, value: Any) -> bool:
+        assert self._pattern is not None
+        return any(self._pattern.search(s) for s in _strings(value))
+
+    def _swapped(self, value: Any) -> Any:
+        assert self._pattern is not None
+        if isinstance(value, str):
+            return self._pattern.sub(self._sentinel, value)
+        if isinstance(value, dict):
+            return {self._swapped(k): self._swapped(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._swapped(v) for v in value]
+        return value
+
+    def _sentinel(self, match: re.Match[str]) -> str:
+        text = match.group()
+        if text not in self.sentinels:
+            while chr(self._next) in self._reserved:
+                self._next += 1
+            if self._next > _SENTINEL_LAST:
+                raise TemplateError("too many distinct control-token texts in the messages")
+            self.sentinels[text] = chr(self._next)
+            self._next += 1
+        return self.sentinels[text]
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a JSON-like value, dict keys included, without recursion."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
+
+
 class ChatTemplate:
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        control_texts: Collection[str] = (),
+    ) -> None:
         env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined
+            trim_blocks=True,
+            lstrip_blocks=True,
+            undefined=jinja2.ChainableUndefined,
+            # {% break %} / {% continue %}, as Hugging Face's template renderer allows.
+            extensions=["jinja2.ext.loopcontrols"],
         )
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
@@ -50,6 +162,7 @@ class ChatTemplate:
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self._control = literal_pattern(control_texts)
         # Templates that never mention a message's name drop it; we then prefix it.
         self.renders_tools = re.search(r"\btools\b", source) is not None
         self.renders_names = re.search(r"""\.name\b|\[\s*['"]name['"]\s*\]""", source) is not None
@@ -60,9 +173,12 @@ class ChatTemplate:
         *,
         add_generation_prompt: bool = True,
         **extra: Any,
-    ) -> str:
+    ) -> RenderedChat:
+        """`messages` and `extra` are caller data; the template's own text is markup."""
+        shield = _Shield(self._control, self.source)
+        messages, extra = shield.apply((messages, extra))
         try:
-            return self._template.render(
+            text = self._template.render(
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
@@ -73,3 +189,5 @@ class ChatTemplate:
             raise
         except Exception as exc:  # a template bug is the request's problem, not a crash
             raise TemplateError(f"the chat template failed on these messages: {exc}") from exc
+        literals = {sentinel: control for control, sentinel in shield.sentinels.items()}
+        return RenderedChat(text, literals)

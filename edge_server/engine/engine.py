@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp as lc
 
-from .chat_template import CHATML_TEMPLATE, ChatTemplate
-from .llama_model import ContextSettings, LlamaModel
+from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
+from .llama_model import ContextSettings, LlamaModel, Vocab
 from .request import GenerationRequest, RequestHandle
 from .scheduler import Scheduler, SchedulerSettings
 
@@ -24,24 +25,51 @@ class EngineSettings:
     chat_template: str | None = None  # overrides the GGUF file's template
 
 
+def control_token_texts(vocab: Vocab) -> list[str]:
+    """Texts that tokenizing with special-token parsing turns into control tokens (the
+    token kinds llama.cpp's parse_special gates)."""
+    gated = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
+    texts = []
+    for token in range(vocab.n_tokens):
+        if lc.llama_vocab_get_attr(vocab.ptr, token) & gated:
+            text = vocab.token_text(token)
+            if text:
+                texts.append(text)
+    return texts
+
+
 class Engine:
     def __init__(self, model_id: str, path: Path, settings: EngineSettings) -> None:
         self.model_id = model_id
         self.path = path
         self.settings = settings
         self.model = LlamaModel(path, settings.context)
+        try:
+            self._set_up(settings)
+        except BaseException:
+            # A broken template (or anything else) must not leak the loaded weights.
+            self.model.close()
+            raise
+
+    def _set_up(self, settings: EngineSettings) -> None:
         self.vocab = self.model.vocab
         template = settings.chat_template or self.model.chat_template
         if template is None:
-            log.warning("%s has no chat template; using ChatML", path.name)
+            log.warning("%s has no chat template; using ChatML", self.path.name)
             template = CHATML_TEMPLATE
+        controls = control_token_texts(self.vocab)
         self.chat_template = ChatTemplate(
             template,
             bos_token=self.vocab.token_text(self.vocab.bos) if self.vocab.bos >= 0 else "",
             eos_token=self.vocab.token_text(self.vocab.eos) if self.vocab.eos >= 0 else "",
+            control_texts=controls,
         )
-        self.scheduler = Scheduler(self.model, settings.scheduler)
+        # The most bytes one token can stand for: bounds the text that can fit n_ctx.
+        self.max_token_bytes = max(
+            [len(p) for p in self.vocab.pieces] + [len(t.encode()) for t in controls] + [1]
+        )
         self.fingerprint = self._fingerprint()
+        self.scheduler = Scheduler(self.model, settings.scheduler)
         self.scheduler.start()
 
     @property
@@ -54,16 +82,30 @@ class Engine:
         identity = f"{lc.__version__}|{self.path.name}|{stat.st_size}|{self.model.description}"
         return "fp_" + hashlib.sha256(identity.encode()).hexdigest()[:12]
 
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         add = add_special and self.vocab.add_bos
-        return self.vocab.tokenize(text, add_special=add, parse_special=True)
+        return self.vocab.tokenize(text, add_special=add, parse_special=parse_special)
 
-    def tokenize_chat_text(self, text: str) -> list[int]:
-        """Tokens of a rendered chat prompt (special tokens parsed)."""
+    def tokenize_chat(self, rendered: RenderedChat) -> list[int]:
+        """Tokens of a rendered chat prompt: the template's markup with special tokens
+        parsed, control texts from caller strings (the sentinels) as plain text."""
+        text = rendered.text
         # Templates that write the BOS text themselves must not get a second one.
         bos_text = self.chat_template.bos_token
         add_bos = not (bos_text and text.startswith(bos_text))
-        return self.tokenize(text, add_special=add_bos)
+        if not rendered.literals:
+            return self.tokenize(text, add_special=add_bos)
+        tokens = [self.vocab.bos] if add_bos and self.vocab.add_bos and self.vocab.bos >= 0 else []
+        sentinels = "[" + "".join(rendered.literals) + "]"
+        for piece in re.split(f"({sentinels})", text):
+            if piece in rendered.literals:
+                literal = rendered.literals[piece]
+                tokens += self.vocab.tokenize(literal, add_special=False, parse_special=False)
+            elif piece:
+                tokens += self.vocab.tokenize(piece, add_special=False, parse_special=True)
+        return tokens
 
     def submit(self, request: GenerationRequest) -> RequestHandle:
         return self.scheduler.submit(request)

@@ -1,87 +1,62 @@
 """JSON schema -> GBNF grammar, on top of llama-cpp-python's converter.
 
+The schema is first checked and, unless strict, relaxed to the limits of
+grammar_limits (schema_check); the finished grammar is checked once more
+(grammar_limits.check_grammar) before llama.cpp may see it.
+
 The shipped converter ignores numeric bounds; this subclass enforces `minimum`,
 `maximum` and their exclusive forms for integers (exactly) and for numbers (integer part
-ranges plus fractions that stay inside the bounds). `unenforced()` lists the keywords a
-grammar cannot enforce, so strict requests can be refused by name.
+ranges plus fractions that stay inside the bounds). String lengths and array sizes are
+written as compact `{n,m}` repetitions (the shipped converter nests one group per
+optional copy, which is what overflows llama.cpp's parser).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from llama_cpp.llama_grammar import JSON_GBNF, BuiltinRule, SchemaConverter
+from llama_cpp.llama_grammar import (
+    JSON_GBNF,
+    PRIMITIVE_RULES,
+    RESERVED_NAMES,
+    BuiltinRule,
+    SchemaConverter,
+)
+
+from .grammar_limits import MAX_GBNF_REPEAT, SchemaError, check_grammar
+from .schema_check import ENFORCED_FORMATS, normalize, unenforced
+
+__all__ = [
+    "ANY_JSON_OBJECT",
+    "CompiledSchema",
+    "SchemaError",
+    "compile_schema",
+    "grammar_for_schema",
+    "integer_range_rule",
+    "name_tool_paths",
+    "unenforced",
+]
 
 ANY_JSON_OBJECT = JSON_GBNF
 
-# Keywords no grammar here enforces: with strict these are refused, otherwise ignored.
-_UNENFORCED_KEYWORDS = {
-    "multipleOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "uniqueItems",
-    "patternProperties",
-    "dependentRequired",
-    "dependentSchemas",
-    "minProperties",
-    "maxProperties",
-    "contains",
-    "minContains",
-    "maxContains",
-    "propertyNames",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-}
-_ENFORCED_FORMATS = {
-    "date",
-    "time",
-    "date-time",
-    "uuid",
-    "uuid1",
-    "uuid2",
-    "uuid3",
-    "uuid4",
-    "uuid5",
-}
 _MAX_DIGITS = 15
+# Long repetitions are written as blocks of this many copies, so that no single
+# `{n,m}` exceeds MAX_GBNF_REPEAT.
+_BLOCK = 64
+# Keywords the shipped converter acts on before it looks at a type's own keywords.
+_PRECEDENCE = {"$ref", "anyOf", "oneOf", "const", "enum"}
 
 
-class SchemaError(ValueError):
-    """The schema is not one this server can turn into a grammar."""
-
-
-def unenforced(schema: Any, path: str = "") -> list[str]:
-    """Where the schema uses keywords that the grammar would not enforce."""
-    if not isinstance(schema, dict):
-        return []
-    found = [f"{path}/{key}" for key in schema if key in _UNENFORCED_KEYWORDS]
-    fmt = schema.get("format")
-    if (
-        isinstance(fmt, str)
-        and fmt not in _ENFORCED_FORMATS
-        and schema.get("type") in (None, "string")
-    ):
-        found.append(f"{path}/format={fmt}")
-    pattern = schema.get("pattern")
-    if pattern is not None and not (
-        isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")
-    ):
-        found.append(f"{path}/pattern")  # the converter understands anchored patterns only
-    for key in ("properties", "$defs", "definitions"):
-        for name, sub in (schema.get(key) or {}).items():
-            found += unenforced(sub, f"{path}/{key}/{name}")
-    for key in ("items", "additionalProperties"):
-        if isinstance(schema.get(key), dict):
-            found += unenforced(schema[key], f"{path}/{key}")
-    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
-        for i, sub in enumerate(schema.get(key) or []):
-            found += unenforced(sub, f"{path}/{key}/{i}")
-    return found
+@dataclass(frozen=True)
+class CompiledSchema:
+    grammar: str
+    # What the grammar does not hold the output to: relaxed limits, ignored keywords.
+    relaxed: tuple[str, ...] = ()
 
 
 def _digits_between(lo: str, hi: str) -> list[str]:
@@ -114,7 +89,10 @@ def _natural_range(lo: int, hi: int | None) -> list[str]:
         alts += _digits_between(str(lo), str(top))
         lo = top + 1
         if hi is None:
-            alts.append(f"[1-9] [0-9]{{{width},{_MAX_DIGITS}}}")
+            # Longer numbers, up to the 16 digits an unbounded JSON integer gets here;
+            # `{16,15}` would send llama.cpp into an endless loop.
+            if width <= _MAX_DIGITS:
+                alts.append(f"[1-9] [0-9]{{{width},{_MAX_DIGITS}}}")
             break
     return alts
 
@@ -135,18 +113,22 @@ def integer_range_rule(lo: int | None, hi: int | None) -> str:
     return "(" + " | ".join(alts) + ")"
 
 
-def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float | None, float | None, bool, bool]:
+def _bounds(schema: dict[str, Any]) -> tuple[float | None, float | None, bool, bool]:
+    """(low, high, low exclusive, high exclusive): the tighter bound of each side wins;
+    draft-4 style `exclusiveMinimum: true` makes `minimum` exclusive."""
     lo, hi = schema.get("minimum"), schema.get("maximum")
-    lo_open = hi_open = False
-    if isinstance(schema.get("exclusiveMinimum"), (int, float)) and not isinstance(
-        schema.get("exclusiveMinimum"), bool
-    ):
-        lo, lo_open = schema["exclusiveMinimum"], True
-    if isinstance(schema.get("exclusiveMaximum"), (int, float)) and not isinstance(
-        schema.get("exclusiveMaximum"), bool
-    ):
-        hi, hi_open = schema["exclusiveMaximum"], True
+    ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    lo_open = ex_lo is True and lo is not None
+    hi_open = ex_hi is True and hi is not None
+    if _is_number(ex_lo) and (lo is None or ex_lo >= lo):
+        lo, lo_open = ex_lo, True
+    if _is_number(ex_hi) and (hi is None or ex_hi <= hi):
+        hi, hi_open = ex_hi, True
     return lo, hi, lo_open, hi_open
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # JSON forbids raw control characters in strings; the shipped rule lets them through.
@@ -159,25 +141,114 @@ class _BoundedConverter(SchemaConverter):
             rule = _JSON_CHAR
         return super()._add_primitive(name, rule)  # type: ignore[no-any-return]
 
+    def _format_literal(self, literal: str) -> str:
+        # The literal is JSON text (a const, a key): its backslashes are characters to
+        # produce, not GBNF escapes; the shipped version passes them through.
+        escaped = literal.replace("\\", "\\\\").replace('"', '\\"')
+        return '"' + escaped.replace("\n", "\\n").replace("\r", "\\r") + '"'
+
+    def _generate_constant_rule(self, value: Any) -> str:
+        # Non-ASCII text as itself: shorter than \u escapes, and no surrogate pairs.
+        return self._format_literal(json.dumps(value, ensure_ascii=False))
+
     def visit(self, schema: Any, name: str) -> str:
+        # A property named like a built-in rule ("string", "char") must not replace it.
+        rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
         if isinstance(schema, dict) and isinstance(schema.get("type"), list):
             # The shipped converter drops every other keyword of a type list
             # (maxLength, minimum, ...): keep them on each branch.
             branches = [{**schema, "type": t} for t in schema["type"]]
-            return self._add_rule(name or "root", self._generate_union_rule(name, branches))
-        if (
-            isinstance(schema, dict)
-            and schema.get("type") in ("integer", "number")
-            and any(
-                k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-            )
+            return self._add_rule(rule_name, self._generate_union_rule(name, branches))
+        if not isinstance(schema, dict) or _PRECEDENCE & schema.keys():
+            return super().visit(schema, name)  # type: ignore[no-any-return]
+        kind = schema.get("type")
+        if kind in ("integer", "number") and any(
+            k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
         ):
-            rule_name = name or "root"
             return self._add_rule(rule_name, self._bounded_number(schema) + " space")
+        if (
+            kind == "string"
+            and ("minLength" in schema or "maxLength" in schema)
+            and "pattern" not in schema
+            and schema.get("format") not in ENFORCED_FORMATS
+        ):
+            return self._sized_string(schema, rule_name)
+        if self._is_sized_array(schema):
+            return self._add_rule(rule_name, self._array(schema, name))
         return super().visit(schema, name)  # type: ignore[no-any-return]
 
+    def _sized_string(self, schema: dict[str, Any], rule_name: str) -> str:
+        # One rule per pair of bounds, shared by every string that has them: llama.cpp
+        # expands each repetition it reads, so a copy per property would multiply rules.
+        lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+        char = self._add_primitive("char", PRIMITIVE_RULES["char"])
+        body = self._repeat(char, lo, hi)
+        shared = self._add_rule(f"string-{lo}-{hi}", rf'"\"" {body} "\"" space')
+        return shared if rule_name != "root" else self._add_rule("root", shared)
+
+    @staticmethod
+    def _is_sized_array(schema: dict[str, Any]) -> bool:
+        """Arrays of one item schema, which the shipped converter would expand."""
+        kind = schema.get("type")
+        if kind not in (None, "array") or "prefixItems" in schema:
+            return False
+        if kind is None and (
+            "properties" in schema
+            or schema.get("additionalProperties", True) is not True
+            or "allOf" in schema
+        ):
+            return False  # the shipped converter reads these as objects first
+        if isinstance(schema.get("items"), dict):
+            return True
+        return kind == "array" and ("minItems" in schema or "maxItems" in schema)
+
+    def _array(self, schema: dict[str, Any], name: str) -> str:
+        items = schema.get("items") or {}
+        prefix = f"{name}{'-' if name else ''}"
+        if items:
+            item = self.visit(items, f"{prefix}item")
+        else:
+            item = self._add_primitive("value", PRIMITIVE_RULES["value"])
+        lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        body = ""
+        if hi != 0:
+            following = self._add_rule(f"{prefix}next", f'"," space {item}')
+            rest = self._repeat(following, max(lo - 1, 0), None if hi is None else hi - 1)
+            body = f"{item} {rest}".strip()
+            body = f"({body})? " if lo == 0 else f"{body} "
+        return f'"[" space {body}"]" space'
+
+    def _repeat(self, unit: str, lo: int, hi: int | None) -> str:
+        """GBNF for lo to hi (None: any number of) copies of the rule `unit`."""
+        if hi is not None and hi <= MAX_GBNF_REPEAT:
+            return "" if hi == 0 else f"{unit}{{{lo},{hi}}}"
+        if hi is None and lo <= MAX_GBNF_REPEAT:
+            return f"{unit}{{{lo},}}" if lo else f"{unit}*"
+        head = self._exactly(unit, lo)
+        tail = f"{unit}*" if hi is None else self._up_to(unit, hi - lo)
+        return f"{head} {tail}".strip()
+
+    def _exactly(self, unit: str, n: int) -> str:
+        if n <= MAX_GBNF_REPEAT:
+            return f"{unit}{{{n}}}" if n else ""
+        blocks, rest = divmod(n, _BLOCK)
+        return f"{self._block(unit)}{{{blocks}}} {self._exactly(unit, rest)}".strip()
+
+    def _up_to(self, unit: str, n: int) -> str:
+        if n <= MAX_GBNF_REPEAT:
+            return f"{unit}{{0,{n}}}" if n else ""
+        # Either all full blocks plus what is left, or fewer blocks plus a partial one:
+        # the two alternatives never overlap, so llama.cpp tracks few states at once.
+        blocks, rest = divmod(n, _BLOCK)
+        block = self._block(unit)
+        full = f"{block}{{{blocks}}}" + (f" {unit}{{0,{rest}}}" if rest else "")
+        return f"({full} | {block}{{0,{blocks - 1}}} {unit}{{0,{_BLOCK - 1}}})"
+
+    def _block(self, unit: str) -> str:
+        return self._add_rule(f"{unit}-x{_BLOCK}", f"{unit}{{{_BLOCK}}}")  # type: ignore[no-any-return]
+
     def _bounded_number(self, schema: dict[str, Any]) -> str:
-        lo, hi, lo_open, hi_open = _bounds(schema, schema["type"] == "integer")
+        lo, hi, lo_open, hi_open = _bounds(schema)
         # Integers inside the bounds.
         int_lo = (
             None
@@ -203,20 +274,64 @@ class _BoundedConverter(SchemaConverter):
 
 
 @lru_cache(maxsize=256)
-def _grammar_for_schema_text(schema_text: str) -> str:
+def _compile(schema_text: str, strict: bool) -> CompiledSchema:
     schema = json.loads(schema_text)
+    relaxed = normalize(schema, strict=strict)
+    gaps = unenforced(schema)
+    if gaps and strict:
+        raise SchemaError(
+            f"strict schemas may not use keywords this server cannot enforce: {', '.join(gaps)}"
+        )
     converter = _BoundedConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         schema = converter.resolve_refs(schema, "request")
         converter.visit(schema, "")
-    except (AssertionError, KeyError, ValueError, TypeError, RecursionError) as exc:
+    except (
+        AssertionError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+        RecursionError,
+        TypeError,
+        ValueError,
+    ) as exc:
         raise SchemaError(f"the schema cannot be turned into a grammar: {exc}") from exc
-    return str(converter.format_grammar())
+    grammar = str(converter.format_grammar())
+    check_grammar(grammar)
+    return CompiledSchema(grammar, (*relaxed, *(f"{gap} not enforced" for gap in gaps)))
 
 
-def grammar_for_schema(schema: dict[str, Any]) -> str:
-    """GBNF for a JSON schema; the same schema is converted once (cached)."""
+def compile_schema(schema: Any, *, strict: bool = False) -> CompiledSchema:
+    """The grammar for a JSON schema, checked against the limits; each (schema, strict)
+    pair is converted once (cached). Raises SchemaError."""
     if not isinstance(schema, dict):
         raise SchemaError("a JSON schema must be an object")
-    # Key order matters: properties are generated in the order the schema gives.
-    return _grammar_for_schema_text(json.dumps(schema))
+    try:
+        # Key order matters: properties are generated in the order the schema gives.
+        text = json.dumps(schema)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
+    return _compile(text, strict)
+
+
+def grammar_for_schema(schema: Any, *, strict: bool = False) -> str:
+    """GBNF for a JSON schema (see compile_schema)."""
+    return compile_schema(schema, strict=strict).grammar
+
+
+_CALL_ARGUMENTS = re.compile(r"#(?:/anyOf/(\d+))?/properties/arguments\b")
+
+
+def name_tool_paths(message: str, call_schema: dict[str, Any]) -> str:
+    """Paths into the schema of a tool call ({"name": const, "arguments": parameters},
+    one per tool under anyOf) rewritten as paths into the named function's parameters."""
+
+    def named(m: re.Match[str]) -> str:
+        try:
+            option = call_schema["anyOf"][int(m.group(1))] if m.group(1) else call_schema
+            return f"{option['properties']['name']['const']}.parameters#"
+        except (KeyError, IndexError, TypeError):
+            return m.group(0)
+
+    return _CALL_ARGUMENTS.sub(named, message)

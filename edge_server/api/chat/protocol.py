@@ -3,10 +3,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..limits import (
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    MAX_TOOL_CALLS,
+    MAX_TOOLS,
+    within_depth,
+)
 from ..protocol_common import SamplingRequest, UsageInfo
 
 
@@ -25,13 +33,43 @@ class ContentPart(BaseModel):
         return self
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=256)
+    # A JSON string (OpenAI); an object is accepted too and serialized.
+    arguments: str
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _serialized(cls, v: Any) -> Any:
+        return json.dumps(v, ensure_ascii=False) if isinstance(v, dict) else v
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as an object where they are one (what templates expect), else
+        the string as given."""
+        try:
+            value = json.loads(self.arguments)
+        except (ValueError, RecursionError):
+            return self.arguments
+        return value if isinstance(value, dict) and within_depth(value) else self.arguments
+
+
+class ToolCall(BaseModel):
+    """A call of an earlier assistant turn, as the client replays it."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(max_length=256)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: str | Annotated[list[ContentPart], Field(max_length=MAX_CONTENT_PARTS)] | None = None
     name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
+    tool_call_id: str | None = Field(default=None, max_length=256)
 
     @model_validator(mode="after")
     def _content_present(self) -> ChatMessage:
@@ -61,11 +99,11 @@ class NamedToolChoice(BaseModel):
 
 
 class ChatCompletionRequest(SamplingRequest):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    tools: list[Tool] | None = None
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     separate_reasoning: bool | None = False

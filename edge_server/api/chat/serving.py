@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine import Engine, GenerationRequest
-from ...engine.chat_template import TemplateError
 from ...engine.request import RequestHandle
-from ..errors import invalid, unsupported
+from ..dependencies import off_loop
+from ..errors import invalid
 from ..logprobs_format import chat_logprobs
 from ..serving_common import (
     SSE_DONE,
@@ -33,11 +33,11 @@ from ..serving_common import (
     wait_started,
 )
 from . import tools as tooling
+from .prompt import chat_prompt
 from .protocol import (
     ChatChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
-    ChatMessage,
     ChatResponseMessage,
     NamedToolChoice,
     Tool,
@@ -55,6 +55,12 @@ class _Plan:
     reasoning_opened: bool  # the prompt already opened a <think> block
 
 
+@dataclass
+class PreparedChat:
+    request: GenerationRequest
+    plan: _Plan
+
+
 def _check_fields(req: ChatCompletionRequest) -> None:
     if req.top_logprobs is not None and not req.logprobs:
         raise invalid("top_logprobs", "top_logprobs needs logprobs: true")
@@ -67,90 +73,44 @@ def _check_fields(req: ChatCompletionRequest) -> None:
             raise invalid("tool_choice", f"no tool named {name!r} in `tools`")
 
 
-def _message_text(message: ChatMessage, index: int) -> str:
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    texts = []
-    for j, part in enumerate(content):
-        if part.type != "text":
-            raise unsupported(
-                f"messages[{index}].content[{j}].{part.type}",
-                "needs a model with a multimodal projector; this one is text-only",
-            )
-        texts.append(part.text or "")
-    return "\n".join(texts)
-
-
-def template_messages(
-    req: ChatCompletionRequest, engine: Engine, tools: list[Tool]
-) -> list[dict[str, Any]]:
-    """Messages as Jinja chat templates expect them: plain dicts with string content."""
-    template = engine.chat_template
-    out: list[dict[str, Any]] = []
-    for i, message in enumerate(req.messages):
-        text = _message_text(message, i)
-        role = "system" if message.role == "developer" else message.role
-        item: dict[str, Any] = {"role": role, "content": text}
-        if message.name:
-            item["name"] = message.name
-            if not template.renders_names:
-                item["content"] = f"{message.name}: {text}"
-        if message.tool_calls:
-            item["tool_calls"] = message.tool_calls
-            if not template.renders_tools:
-                item["content"] = (text + "\n" if text else "") + tooling.history_text(
-                    message.tool_calls
-                )
-        if message.tool_call_id:
-            item["tool_call_id"] = message.tool_call_id
-        out.append(item)
-    if tools and not template.renders_tools:
-        prompt = tooling.generic_prompt(tools)
-        if out and out[0]["role"] == "system":
-            out[0] = {**out[0], "content": prompt + "\n\n" + out[0]["content"]}
-        else:
-            out.insert(0, {"role": "system", "content": prompt})
-    return out
+def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
+    """Everything before the engine: checks, grammars, the rendered and tokenized prompt.
+    CPU-bound (templates, tokenizer, schema conversion), so it runs off the event loop."""
+    _check_fields(req)
+    sampling = sampling_params(req, engine)
+    tools = tooling.active_tools(req)
+    forced = bool(tools) and req.tool_choice not in (None, "auto")
+    if forced:
+        # A function marked strict gets its limits enforced, not relaxed.
+        strict = any(t.function.strict for t in tools)
+        grammar = schema_grammar(tooling.call_schema(tools), strict=strict, param="tools")
+        sampling = dataclasses.replace(sampling, grammar=grammar)
+    prompt = chat_prompt(req.messages, engine, tools, enable_thinking=req.enable_thinking)
+    request = GenerationRequest(
+        prompt_tokens=prompt.tokens,
+        max_tokens=max_tokens_for(req, len(prompt.tokens), engine.n_ctx, None),
+        sampling=sampling,
+        stop=req.stop_list,
+        include_stop=bool(req.include_stop_str_in_output),
+        n=req.n or 1,
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+    )
+    plan = _Plan(tools, forced, prompt.text.rstrip().endswith(THINK_OPEN))
+    return PreparedChat(request, plan)
 
 
 class ChatServing:
     async def create(self, req: ChatCompletionRequest, engine: Engine, http: Request) -> Response:
-        _check_fields(req)
-        sampling = sampling_params(req, engine)
-        tools = tooling.active_tools(req)
-        forced = bool(tools) and req.tool_choice not in (None, "auto")
-        if forced:
-            grammar = schema_grammar(tooling.call_schema(tools), strict=False, param="tools")
-            sampling = dataclasses.replace(sampling, grammar=grammar)
-        messages = template_messages(req, engine, tools)
-        template_vars: dict[str, Any] = {"enable_thinking": req.enable_thinking}
-        if tools and engine.chat_template.renders_tools:
-            template_vars["tools"] = tooling.tool_specs(tools)
-        try:
-            prompt_text = engine.chat_template.render(messages, **template_vars)
-        except TemplateError as exc:
-            raise invalid("messages", str(exc), "invalid_messages") from exc
-        prompt = engine.tokenize_chat_text(prompt_text)
-        plan = _Plan(tools, forced, prompt_text.rstrip().endswith(THINK_OPEN))
-        n = req.n or 1
-        request = GenerationRequest(
-            prompt_tokens=prompt,
-            max_tokens=max_tokens_for(req, len(prompt), engine.n_ctx, None),
-            sampling=sampling,
-            stop=req.stop_list,
-            include_stop=bool(req.include_stop_str_in_output),
-            n=n,
-            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-        )
-        handle = submit(engine, request)
+        prepared = await off_loop(prepare, req, engine)
+        plan = prepared.plan
+        n = prepared.request.n
+        handle = submit(engine, prepared.request)
         meta = {"id": new_id("chatcmpl"), "created": now(), "model": req.model}
         if req.stream:
             await wait_started(http, [handle])
             return sse_response(
-                sse_with_errors(self._stream(req, engine, http, handle, meta, plan))
+                sse_with_errors(self._stream(req, engine, http, handle, meta, plan)),
+                [handle],
             )
         async with cancel_on_disconnect(http, [handle]):
             results = await collect(handle, n)

@@ -9,13 +9,12 @@ the output with a grammar so the arguments always fit the function's parameters.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import uuid
 from typing import Any
 
-from .protocol import ChatCompletionRequest, NamedToolChoice, Tool
+from .protocol import ChatCompletionRequest, NamedToolChoice, Tool, ToolCall
 
 GENERIC_TOOL_PROMPT = (
     "You can call functions. The available functions, as JSON schemas:\n{tools}\n"
@@ -83,7 +82,7 @@ def parse_tool_calls(text: str, tools: list[Tool]) -> tuple[str | None, list[dic
 def _as_call(raw: str, names: set[str]) -> dict[str, Any] | None:
     try:
         data = json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # the model may write anything, nesting included
         return None
     if not isinstance(data, dict) or data.get("name") not in names:
         return None
@@ -99,17 +98,14 @@ def _as_call(raw: str, names: set[str]) -> dict[str, Any] | None:
     }
 
 
-def history_text(tool_calls: list[dict[str, Any]]) -> str:
+def history_text(tool_calls: list[ToolCall]) -> str:
     """An earlier assistant turn's calls, as text, for templates that know no tools."""
     parts = []
     for call in tool_calls:
-        function = call.get("function", {})
-        arguments = function.get("arguments", "{}")
-        with contextlib.suppress(json.JSONDecodeError):
-            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        arguments = call.function.parsed_arguments()
         parts.append(
             "<tool_call>"
-            + json.dumps({"name": function.get("name"), "arguments": arguments})
+            + json.dumps({"name": call.function.name, "arguments": arguments})
             + "</tool_call>"
         )
     return "\n".join(parts)

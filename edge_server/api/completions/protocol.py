@@ -3,10 +3,11 @@ Novita extensions of ../shared/api)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from ..limits import MAX_IMAGES, MAX_PROMPTS, token_ids
 from ..protocol_common import SamplingRequest, UsageInfo
 
 Prompt = str | list[str] | list[int] | list[list[int]]
@@ -18,7 +19,24 @@ class CompletionRequest(SamplingRequest):
     echo: bool | None = False
     logprobs: int | None = Field(default=None, ge=0, le=5)
     best_of: int | None = Field(default=None, ge=1, le=128)
-    images: list[str] | None = None
+    images: list[str] | None = Field(default=None, max_length=MAX_IMAGES)
+
+    @field_validator("prompt", mode="plain")
+    @classmethod
+    def _prompt(cls, v: Any) -> Prompt:
+        # Checked here rather than by pydantic's union: that tries each form in turn and
+        # reports every item of a long token list that fails one, taking seconds.
+        if isinstance(v, str):
+            return v
+        if not isinstance(v, list):
+            raise ValueError("must be a string, a list of strings or a list of token ids")
+        if not v or type(v[0]) is int:
+            return token_ids(v, max_items=None)  # one prompt
+        if len(v) > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} prompts per request")
+        if all(isinstance(p, str) for p in v):
+            return v
+        return [token_ids(p, max_items=None) for p in v]
 
 
 class CompletionLogprobs(BaseModel):

@@ -12,8 +12,10 @@ from starlette.responses import JSONResponse, Response
 from ...engine import Engine, GenerationRequest
 from ...engine.logprobs import TokenLogprob
 from ...engine.request import RequestHandle
+from ..dependencies import off_loop
 from ..errors import invalid, unsupported
 from ..logprobs_format import completion_logprobs
+from ..prompt_bounds import check_prompt_bytes, check_token_count
 from ..serving_common import (
     SSE_DONE,
     ChoiceResult,
@@ -49,6 +51,13 @@ class _Prompt:
     text: str  # what `echo` returns
 
 
+@dataclass
+class PreparedCompletion:
+    prompts: list[_Prompt]
+    requests: list[GenerationRequest]  # one per prompt
+    candidates: int  # choices generated per prompt (best_of ranks them down to n)
+
+
 def _check_fields(req: CompletionRequest) -> None:
     n = req.n or 1
     if req.best_of is not None:
@@ -77,10 +86,16 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
     prompts: list[_Prompt] = []
     for i, item in enumerate(items):
         param = "prompt" if len(items) == 1 else f"prompt[{i}]"
+        # Sizes first: text that cannot fit is refused before it is tokenized.
+        if isinstance(item, str):
+            check_prompt_bytes(item + (req.suffix or ""), engine, param)
+        else:
+            check_token_count(len(item), engine, param)
         if isinstance(item, str) and req.suffix is not None:
             tokens = _fill_in_the_middle(item, req.suffix, engine)
             text = item
         elif isinstance(item, str):
+            # Raw prompts keep special-token parsing: their author writes the markup.
             tokens = engine.tokenize(item)
             text = item
         else:
@@ -111,28 +126,37 @@ def _fill_in_the_middle(prefix: str, suffix: str, engine: Engine) -> list[int]:
     ]
 
 
+def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
+    """Everything before the engine: checks, grammar, tokenized prompts. CPU-bound
+    (tokenizer, schema conversion), so it runs off the event loop."""
+    _check_fields(req)
+    sampling = sampling_params(req, engine)
+    prompts = _prompts(req, engine)
+    n = req.n or 1
+    candidates = max(n, req.best_of or 1)
+    # best_of ranks candidates by mean token logprob, so it needs them scored.
+    scored = req.logprobs if req.logprobs is not None else (0 if candidates > n else None)
+    requests = [
+        GenerationRequest(
+            prompt_tokens=p.tokens,
+            max_tokens=max_tokens_for(req, len(p.tokens), engine.n_ctx, DEFAULT_MAX_TOKENS),
+            sampling=sampling,
+            stop=req.stop_list,
+            include_stop=bool(req.include_stop_str_in_output),
+            n=candidates,
+            logprobs=scored,
+            prompt_logprobs=bool(req.echo and req.logprobs is not None),
+        )
+        for p in prompts
+    ]
+    return PreparedCompletion(prompts, requests, candidates)
+
+
 class CompletionsServing:
     async def create(self, req: CompletionRequest, engine: Engine, http: Request) -> Response:
-        _check_fields(req)
-        sampling = sampling_params(req, engine)
-        prompts = _prompts(req, engine)
+        prepared = await off_loop(prepare, req, engine)
+        prompts, requests, candidates = prepared.prompts, prepared.requests, prepared.candidates
         n = req.n or 1
-        candidates = max(n, req.best_of or 1)
-        # best_of ranks candidates by mean token logprob, so it needs them scored.
-        scored = req.logprobs if req.logprobs is not None else (0 if candidates > n else None)
-        requests = [
-            GenerationRequest(
-                prompt_tokens=p.tokens,
-                max_tokens=max_tokens_for(req, len(p.tokens), engine.n_ctx, DEFAULT_MAX_TOKENS),
-                sampling=sampling,
-                stop=req.stop_list,
-                include_stop=bool(req.include_stop_str_in_output),
-                n=candidates,
-                logprobs=scored,
-                prompt_logprobs=bool(req.echo and req.logprobs is not None),
-            )
-            for p in prompts
-        ]
         handles: list[RequestHandle] = []
         try:
             for request in requests:
@@ -145,7 +169,8 @@ class CompletionsServing:
         if req.stream:
             await wait_started(http, handles)
             return sse_response(
-                sse_with_errors(self._stream(req, engine, http, prompts, handles, meta))
+                sse_with_errors(self._stream(req, engine, http, prompts, handles, meta)),
+                handles,
             )
         async with cancel_on_disconnect(http, handles):
             results = await asyncio.gather(*(collect(h, candidates) for h in handles))

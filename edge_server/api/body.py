@@ -1,0 +1,138 @@
+"""Request bodies: a size cap enforced while they arrive, and JSON parsed within bounds.
+
+Python's JSON parser recurses once per nesting level and accepts NaN, Infinity, numbers
+that overflow to infinity and lone UTF-16 surrogates; none of these may reach the code
+behind it, so each becomes a 400 here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import APIError, invalid
+from .limits import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_OBJECT_KEYS
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def too_large(max_bytes: int) -> APIError:
+    return APIError(
+        413,
+        f"The request body is larger than the limit of {max_bytes / 2**20:g} MiB.",
+        code="request_too_large",
+    )
+
+
+class BodyLimit:
+    """ASGI middleware: a declared Content-Length over the cap is refused before the body
+    is read; a chunked body is counted as it arrives and refused once it passes the cap."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await too_large(self.max_bytes).response()(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # Raised inside the handler's body read; the error handler answers 413.
+                    raise too_large(self.max_bytes)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 that says what is wrong with it."""
+    try:
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError as exc:
+        raise _bad_json(f"it nests deeper than {MAX_JSON_DEPTH} levels") from exc
+    except json.JSONDecodeError as exc:
+        raise _bad_json(str(exc)) from exc
+    except UnicodeDecodeError as exc:
+        raise _bad_json("it is not UTF-8") from exc
+    except _NumberError as exc:
+        raise _bad_json(str(exc)) from exc
+    except ValueError as exc:  # an integer literal of thousands of digits
+        raise _bad_json("a number is too large") from exc
+    if not isinstance(body, dict):
+        raise invalid(None, "the request body must be a JSON object", "invalid_json")
+    _check_tree(body)
+    return body
+
+
+class _NumberError(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NumberError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NumberError(f"the number {text[:32]} is out of range")
+    return value
+
+
+def _too_many(what: str) -> APIError:
+    return APIError(413, f"The request body holds {what}.", code="request_too_large")
+
+
+def _bad_json(why: str) -> APIError:
+    return invalid(None, f"the request body is not valid JSON: {why}", "invalid_json")
+
+
+def _check_tree(body: dict[str, Any]) -> None:
+    """Bounds the nesting depth (recursive code downstream: schemas, templates) and the
+    number of objects and arrays, and refuses strings that are not valid Unicode, without
+    recursing itself."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    containers = 0
+    while stack:
+        node, depth = stack.pop()
+        containers += 1
+        if containers > MAX_JSON_CONTAINERS:
+            raise _too_many(f"more than {MAX_JSON_CONTAINERS} JSON objects and arrays")
+        if depth > MAX_JSON_DEPTH:
+            raise _bad_json(f"it nests deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(node, dict):
+            if len(node) > MAX_OBJECT_KEYS:
+                raise _too_many(f"an object with more than {MAX_OBJECT_KEYS} keys")
+            for key in node:
+                _check_text(key)
+            children = node.values()
+        else:
+            children = node
+        for child in children:
+            kind = type(child)  # exact types: json.loads makes no subclasses
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is str:
+                _check_text(child)
+
+
+def _check_text(text: str) -> None:
+    if _LONE_SURROGATE.search(text):
+        raise invalid(
+            None, "the request body holds a lone UTF-16 surrogate, which is not valid "
+            "Unicode", "invalid_json")

@@ -1,0 +1,177 @@
+"""A fuzzing campaign against the real server: the generators of tests/test_fuzz.py, run
+for many more requests, with figures at the end.
+
+    .venv/bin/python scripts/fuzz.py --requests 10000              # starts its own server
+    .venv/bin/python scripts/fuzz.py --base-url http://127.0.0.1:8080 --time-limit 600
+
+Traffic goes to 127.0.0.1 only. Exits 1 when any answer was a failure (see `judge` in
+tests/fuzz_strategies.py) or the server is not serving at the end; failing bodies are
+printed (truncated) and, with --save-dir, written whole for replay with
+`curl --data-binary @FILE -H 'Content-Type: application/json' URL`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import queue
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import fuzz_strategies as fs  # noqa: E402
+from conftest import RunningServer, start_server, stop_server  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+
+_DONE = object()
+
+
+class Campaign:
+    def __init__(self, base_url: str, args: argparse.Namespace,
+                 server: RunningServer | None) -> None:
+        self.base_url = base_url
+        self.args = args
+        self.server = server
+        self.work: queue.Queue[object] = queue.Queue(maxsize=args.concurrency * 2)
+        self.lock = threading.Lock()
+        self.sent: collections.Counter[str] = collections.Counter()
+        self.statuses: collections.Counter[str] = collections.Counter()
+        self.kinds: collections.Counter[str] = collections.Counter()
+        self.failures: list[fs.Result] = []
+        self.slowest = 0.0
+        self.stop = threading.Event()
+        self.started = time.monotonic()
+
+    def generate(self) -> None:
+        """Feeds generated cases to the workers until the count or the time is used up."""
+        budget = {"left": self.args.requests}
+
+        @settings(max_examples=self.args.requests, database=None, deadline=None,
+                  phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+        @seed(self.args.seed)
+        @given(fs.all_cases())
+        def produce(case: fs.Case) -> None:
+            if budget["left"] <= 0 or self.stop.is_set():
+                return
+            if time.monotonic() - self.started > self.args.time_limit:
+                self.stop.set()
+                return
+            budget["left"] -= 1
+            self.work.put(case)
+
+        try:
+            produce()
+        finally:
+            for _ in range(self.args.concurrency):
+                self.work.put(_DONE)
+
+    def send_all(self) -> None:
+        with fs.new_client(self.base_url) as client:
+            while (case := self.work.get()) is not _DONE:
+                assert isinstance(case, fs.Case)
+                if self.stop.is_set() and self.server_dead():
+                    continue
+                self.record(fs.exchange(client, case))
+
+    def record(self, result: fs.Result) -> None:
+        with self.lock:
+            self.sent[result.case.path] += 1
+            self.kinds[result.case.kind] += 1
+            label = str(result.status) if result.status is not None else result.failure
+            self.statuses[str(label)] += 1
+            self.slowest = max(self.slowest, result.seconds)
+            if result.failure is not None:
+                self.failures.append(result)
+                print(f"FAIL {result.failure}: {result.case.path} {result.case.excerpt(300)}",
+                      flush=True)
+            total = sum(self.sent.values())
+            if total % 500 == 0:
+                print(f"... {total} requests, {len(self.failures)} failures, "
+                      f"{time.monotonic() - self.started:.0f}s", flush=True)
+        if result.failure == "dropped connection" and self.server_dead():
+            print("the server process is gone: stopping", flush=True)
+            self.stop.set()
+
+    def server_dead(self) -> bool:
+        return self.server is not None and self.server.process.poll() is not None
+
+    def run(self) -> None:
+        workers = [threading.Thread(target=self.send_all) for _ in range(self.args.concurrency)]
+        for worker in workers:
+            worker.start()
+        self.generate()
+        for worker in workers:
+            worker.join()
+
+    def report(self) -> int:
+        problem = fs.server_problem(self.base_url)
+        by_reason = collections.Counter(r.failure for r in self.failures)
+        fivexx = sum(n for s, n in self.statuses.items() if s.isdigit() and int(s) >= 500)
+        print(f"\nrequests: {sum(self.sent.values())} in {time.monotonic() - self.started:.0f}s"
+              f" ({', '.join(f'{p}: {n}' for p, n in sorted(self.sent.items()))})")
+        print(f"generators: {dict(sorted(self.kinds.items()))}")
+        print(f"statuses: {dict(sorted(self.statuses.items()))}")
+        print(f"5xx answers: {fivexx}   timeouts: {by_reason['timeout']}   "
+              f"dropped connections: {by_reason['dropped connection']}   "
+              f"slowest answer: {self.slowest:.1f}s")
+        print(f"failures: {len(self.failures)} {dict(by_reason)}")
+        print(f"server alive at the end: {'yes' if problem is None else 'NO: ' + problem}")
+        if self.server is not None:
+            print(f"tracebacks in the server log: {self.server.log_text().count('Traceback')}"
+                  f" ({self.server.log_path})")
+        for i, result in enumerate(self.failures[: self.args.show]):
+            print(f"\n[{i}] {result.failure} after {result.seconds:.1f}s: POST {result.case.path}"
+                  f"\n    body: {result.case.excerpt()}\n    answer: {result.detail[:300]!r}")
+        if self.args.save_dir is not None:
+            self.args.save_dir.mkdir(parents=True, exist_ok=True)
+            for i, result in enumerate(self.failures):
+                name = result.case.path.strip("/").replace("/", "_")
+                (self.args.save_dir / f"{i:04d}-{name}.json").write_bytes(result.case.body)
+            print(f"\nfailing bodies written to {self.args.save_dir}")
+        return 0 if not self.failures and problem is None else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--time-limit", type=float, default=1800, help="seconds")
+    parser.add_argument("--base-url", help="a running server on 127.0.0.1 (default: start one)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--ctx-size", type=int, default=256, help="of the server started here")
+    parser.add_argument("--threads", type=int, default=1, help="of the server started here")
+    parser.add_argument("--memory-limit-mb", type=int, default=3072,
+                        help="address-space cap of the server started here")
+    parser.add_argument("--show", type=int, default=30, help="failing bodies printed")
+    parser.add_argument("--save-dir", type=Path, help="write every failing body here")
+    args = parser.parse_args()
+
+    server = None
+    if args.base_url:
+        if urlsplit(args.base_url).hostname != "127.0.0.1":
+            parser.error("--base-url must point at 127.0.0.1")
+        base_url = args.base_url.rstrip("/")
+    else:
+        extra = ["--threads", str(args.threads)]
+        server = start_server(Path(tempfile.mkdtemp(prefix="fuzz-")), "--ctx-size",
+                              str(args.ctx_size), "--parallel", "4", *extra, name="fuzz",
+                              memory_limit_mb=args.memory_limit_mb)
+        base_url = server.base_url
+        print(f"server on {base_url}, log {server.log_path}", flush=True)
+    campaign = Campaign(base_url, args, server)
+    try:
+        campaign.run()
+        return campaign.report()
+    finally:
+        if server is not None:
+            stop_server(server)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

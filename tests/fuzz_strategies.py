@@ -1,0 +1,477 @@
+"""Mutated requests for fuzzing the server over HTTP, shared by tests/test_fuzz.py and
+scripts/fuzz.py, and `judge()`: the one place that says which answers are failures.
+
+A case is raw bytes, not a dict, so that bodies no Python object serialises to (numbers
+like 1e400, NaN, lone surrogates, truncated or deeply nested JSON, invalid UTF-8) reach
+the server exactly as a hostile client would send them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import httpx
+from hypothesis import strategies as st
+
+MODEL = "smollm2-135m-instruct"
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+ENDPOINTS = (COMPLETIONS, CHAT)
+TIMEOUT_S = 10.0  # every answer, streams included, must be complete within this
+
+
+@dataclass(frozen=True)
+class Raw:
+    """JSON text written as is."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return f"Raw({self.text[:20]!r}{'...' if len(self.text) > 20 else ''})"
+
+
+@dataclass(frozen=True)
+class Case:
+    path: str
+    body: bytes
+    kind: str  # which generator made it, for the figures
+
+    def excerpt(self, limit: int = 600) -> str:
+        return repr(self.body[:limit]) + (f" ... ({len(self.body)} bytes)"
+                                          if len(self.body) > limit else "")
+
+    def __repr__(self) -> str:
+        return f"Case({self.path!r}, {self.excerpt()}, {self.kind!r})"
+
+
+def dumps(value: Any) -> str:
+    """JSON text of `value`; Raw nodes go in verbatim, NaN and infinities as Python's json
+    module reads them."""
+    if isinstance(value, Raw):
+        return value.text
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+# --- values ---------------------------------------------------------------------------
+
+HUGE_INTS = [2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1,
+             2**64, 10**30, -1, 0]
+RAW_NUMBERS = [Raw(t) for t in ("1e400", "-1e400", "NaN", "Infinity", "-Infinity", "1e308",
+                                "-0.0", "5e-324", "1" + "0" * 5000, "0.1e-400", "1E+2")]
+RAW_STRINGS = [Raw(t) for t in ('"\\ud800"', '"a\\udfffb"', '"\\u0000"', '"\\ud83d"')]
+SPECIAL_TEXT = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>",
+                "<tool_call>", "{{ raise_exception('x') }}", "{% for %}", "\x00", "\u202e",
+                "\ufffd", "🦙" * 3]
+
+small_text = st.one_of(st.text(max_size=24), st.sampled_from(SPECIAL_TEXT),
+                       st.sampled_from([300, 3000, 100_000]).map(lambda n: "ab " * n))
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from(HUGE_INTS),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(RAW_NUMBERS),
+    st.sampled_from(RAW_STRINGS), small_text,
+)
+weird = st.recursive(
+    scalars,
+    lambda kids: st.lists(kids, max_size=3)
+    | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=6,
+)
+
+
+counts = st.one_of(st.integers(0, 5), st.sampled_from([64, 128, 129, 10**6, 2**31, 2**63]))
+bounds = st.one_of(st.integers(-10, 10), st.floats(-1e6, 1e6),
+                   st.sampled_from([2**63, -(2**63), 1e308, -1e308, 0.5, *RAW_NUMBERS[:3]]))
+valid_ids = st.integers(0, 49151)
+token_ids = st.one_of(valid_ids, valid_ids, valid_ids,
+                      st.sampled_from([-1, 49152, 99999999, 2**31, 2**63]))
+
+# --- JSON schemas ------------------------------------------------------------------------
+
+PATTERNS = ["^[a-z]+$", "^[0-9]{3}$", "[a-z]", "^(a|b)*$", "^[$", "^(((a)))$", "^a{100000}$",
+            "^.{0,99999}$", "^\\d+$", "^(?=a)$", "^\\p{L}$", "^a{2,1}$", "^[^\"]*$", "^$"]
+FORMATS = ["date", "time", "date-time", "uuid", "email", "uri", "ipv4", "bogus", ""]
+REFS = ["#/$defs/a", "#/definitions/a", "#", "#/$defs/missing", "#/properties/x",
+        "https://127.0.0.1:1/s.json", "a", ""]
+KEYWORDS = ["multipleOf", "not", "if", "uniqueItems", "patternProperties", "minProperties",
+            "contains", "propertyNames", "unevaluatedProperties", "$schema", "title"]
+
+# The part of the JSON Schema meta-schema the server's grammar builder reads, as a schema
+# itself: hypothesis-jsonschema generates leaf schemas as instances of it.
+_COUNT = {"type": "integer", "minimum": -1, "maximum": 2**40}
+META_SUBSET: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {
+    "type": {"enum": ["string", "integer", "number", "boolean", "null", "object", "array"]},
+    **dict.fromkeys(["minLength", "maxLength", "minItems", "maxItems"], _COUNT),
+    "minimum": {"type": "number"}, "maximum": {"type": "number"},
+    "exclusiveMinimum": {"type": ["number", "boolean"]},
+    "exclusiveMaximum": {"type": ["number", "boolean"]},
+    "enum": {"type": "array", "maxItems": 4,
+             "items": {"type": ["string", "integer", "number", "boolean", "null"]}},
+    "const": {"type": ["string", "integer", "boolean", "null"]},
+    "pattern": {"enum": PATTERNS},
+    "format": {"enum": FORMATS},
+    "required": {"type": "array", "maxItems": 3, "items": {"type": "string"}},
+    "additionalProperties": {"type": "boolean"},
+}}
+
+
+@cache
+def meta_leaves() -> st.SearchStrategy[dict[str, Any]]:
+    from hypothesis_jsonschema import from_schema
+
+    # Keyword by keyword: hypothesis-jsonschema's object generator does not work with
+    # every hypothesis release, its scalar and array generators do.
+    return st.fixed_dictionaries({}, optional={
+        key: from_schema(sub) for key, sub in META_SUBSET["properties"].items()})
+
+
+def _leaf_schemas() -> st.SearchStrategy[Any]:
+    string = st.fixed_dictionaries({"type": st.just("string")}, optional={
+        "minLength": counts, "maxLength": counts, "pattern": st.sampled_from(PATTERNS),
+        "format": st.sampled_from(FORMATS)})
+    number = st.fixed_dictionaries({"type": st.sampled_from(["integer", "number"])}, optional={
+        "minimum": bounds, "maximum": bounds, "exclusiveMinimum": bounds,
+        "exclusiveMaximum": bounds})
+    return st.one_of(
+        string, number, st.fixed_dictionaries({"type": st.sampled_from(["boolean", "null"])}),
+        st.builds(lambda v: {"enum": v}, st.lists(scalars, max_size=4)),
+        st.builds(lambda v: {"const": v}, weird),
+        st.builds(lambda r: {"$ref": r}, st.sampled_from(REFS)),
+        st.builds(lambda k, v: {k: v}, st.sampled_from(KEYWORDS), weird),
+        st.just({}), st.booleans(), meta_leaves(), weird,
+    )
+
+
+def _extend(kids: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    names = st.text(max_size=8)
+    obj = st.fixed_dictionaries({"type": st.just("object")}, optional={
+        "properties": st.dictionaries(names, kids, max_size=4),
+        "required": st.lists(names, max_size=3),
+        "additionalProperties": st.one_of(st.booleans(), kids)})
+    arr = st.fixed_dictionaries({"type": st.just("array")}, optional={
+        "items": kids, "prefixItems": st.lists(kids, max_size=3), "minItems": counts,
+        "maxItems": counts})
+    return st.one_of(
+        obj, arr,
+        st.builds(lambda k, v: {k: v}, st.sampled_from(["anyOf", "oneOf", "allOf"]),
+                  st.lists(kids, max_size=3)),
+        st.builds(lambda d, r: {"$defs": {"a": d}, "$ref": r}, kids, st.sampled_from(REFS)),
+        st.builds(lambda t, s: {**s, "type": t} if isinstance(s, dict) else s,
+                  st.lists(st.sampled_from(["string", "integer", "null", "array"]), max_size=3),
+                  kids),
+    )
+
+
+# Shapes no random walk finds quickly: self-references, huge alternations, deep nesting.
+_deep: dict[str, Any] = {"type": "integer"}
+for _ in range(60):
+    _deep = {"type": "array", "items": _deep}
+HOSTILE_SCHEMAS: list[Any] = [
+    {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    {"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
+                     "required": ["x"]}}, "$ref": "#/$defs/a"},
+    {"enum": [f"value-{i}" for i in range(3000)]},
+    {"anyOf": [{"const": i} for i in range(500)]},
+    {"type": "object", "properties": {f"k{i}": {"type": "string"} for i in range(400)},
+     "required": [f"k{i}" for i in range(400)]},
+    {"type": "array", "minItems": 100000, "items": {"type": "integer"}},
+    {"type": "array", "minItems": 2**31, "maxItems": 2**63},
+    {"type": "string", "minLength": 10**9},
+    {"type": "string", "maxLength": 2**63},
+    {"type": "integer", "minimum": -(2**63), "maximum": 2**63},
+    {"type": "number", "minimum": -1e308, "maximum": 1e308},
+    {"type": "integer", "exclusiveMinimum": 5, "exclusiveMaximum": 5},
+    {"type": "string", "pattern": "^(a+)+(b+)+(c+)+$"},
+    _deep,
+]
+schemas = st.one_of(st.recursive(_leaf_schemas(), _extend, max_leaves=6),
+                    st.integers(0, len(HOSTILE_SCHEMAS) - 1).map(HOSTILE_SCHEMAS.__getitem__))
+
+# --- request fields ---------------------------------------------------------------------
+# A body starts valid, or nearly (field values a client might plausibly send), and then
+# takes a few mutations: a field replaced by a hostile value, deleted, or an unknown one.
+
+stops = st.one_of(small_text, st.lists(small_text, max_size=4))
+logit_bias = st.dictionaries(valid_ids.map(str), st.floats(-100, 100), max_size=4)
+prompts = st.one_of(small_text, st.lists(small_text, min_size=1, max_size=3),
+                    st.lists(valid_ids, min_size=1, max_size=8),
+                    st.lists(st.lists(valid_ids, min_size=1, max_size=4), min_size=1,
+                             max_size=3))
+part_types = st.sampled_from(["text", "image_url", "video_url", "input_audio", "file", "x"])
+content_parts = st.fixed_dictionaries({"type": part_types}, optional={
+    "text": small_text, "image_url": st.fixed_dictionaries({"url": small_text}),
+    "input_audio": weird})
+tool_calls = st.lists(st.fixed_dictionaries({
+    "id": small_text, "type": st.just("function"),
+    "function": st.fixed_dictionaries({"name": small_text, "arguments": st.one_of(
+        schemas.map(dumps), small_text)})}), max_size=2)
+roles = st.sampled_from(["system", "developer", "user", "assistant", "tool"])
+message = st.fixed_dictionaries({
+    "role": roles,
+    "content": st.one_of(small_text, small_text, st.lists(content_parts, max_size=3))},
+    optional={"name": st.sampled_from(["Alice", "a_b-9", "bad name!", ""]),
+              "tool_calls": tool_calls, "tool_call_id": small_text})
+function_names = st.one_of(st.sampled_from(["f", "get_weather", "a-b_1"]), small_text)
+tools = st.lists(st.fixed_dictionaries({
+    "type": st.just("function"),
+    "function": st.fixed_dictionaries({"name": function_names}, optional={
+        "description": small_text, "parameters": schemas, "strict": st.booleans()})}),
+    min_size=1, max_size=3)
+tool_choices = st.one_of(
+    st.sampled_from(["none", "auto", "required"]),
+    st.fixed_dictionaries({"type": st.just("function"),
+                           "function": st.fixed_dictionaries({"name": function_names})}))
+response_formats = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object"])}),
+    st.fixed_dictionaries({"type": st.just("json_object"), "schema": schemas}),
+    st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema": st.fixed_dictionaries(
+        {"name": st.just("out"), "schema": schemas}, optional={"strict": st.booleans()})}))
+
+BOOLEAN = st.booleans()
+COMMON_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    **dict.fromkeys(["stream", "include_stop_str_in_output", "ignore_eos"], BOOLEAN),
+    **dict.fromkeys(["frequency_penalty", "presence_penalty"], st.floats(-2, 2)),
+    "stream_options": st.fixed_dictionaries({"include_usage": BOOLEAN}),
+    "n": st.integers(1, 3), "seed": st.integers(-(2**64), 2**64),
+    "temperature": st.floats(0, 2), "top_p": st.floats(0.01, 1), "top_k": st.integers(1, 100),
+    "min_p": st.floats(0, 1), "repetition_penalty": st.floats(0.1, 1.9),
+    "mirostat_target": st.floats(0.01, 10), "mirostat_lr": st.floats(0.01, 1),
+    "logit_bias": logit_bias, "stop": stops, "user": small_text,
+    "context_length_exceeded_behavior": st.sampled_from(["truncate", "error"]),
+}
+COMPLETION_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    **COMMON_FIELDS, "echo": BOOLEAN, "logprobs": st.integers(0, 5),
+    "best_of": st.integers(1, 4)}
+CHAT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    **COMMON_FIELDS,
+    **dict.fromkeys(["logprobs", "parallel_tool_calls", "separate_reasoning",
+                     "enable_thinking"], BOOLEAN),
+    "top_logprobs": st.integers(0, 20), "tools": tools, "tool_choice": tool_choices,
+    "response_format": response_formats}
+# Hostile values for particular fields; every field also gets `weird` ones.
+MUTANTS: dict[str, st.SearchStrategy[Any]] = {
+    "model": st.one_of(st.just("default"), small_text),
+    "max_tokens": st.sampled_from([0, -1, 5, 1.5, "4", *HUGE_INTS, *RAW_NUMBERS]),
+    "prompt": st.one_of(st.lists(token_ids, max_size=8), st.lists(st.lists(token_ids)),
+                        st.just([7] * 5000), st.just(""), st.just([])),
+    "messages": st.one_of(st.just([]), st.lists(st.fixed_dictionaries(
+        {"role": weird}, optional={"content": weird, "tool_calls": weird}), max_size=2)),
+    "logit_bias": st.dictionaries(
+        st.one_of(token_ids.map(str), small_text, st.sampled_from(
+            ["1e3", " 5", "٣", "-0", "+7", "00012"])),
+        st.one_of(st.sampled_from([-101, 101, *RAW_NUMBERS[:5]]), weird), max_size=4),
+    "stop": st.lists(small_text, min_size=5, max_size=6),
+    "n": counts,
+    "best_of": counts,
+    "logprobs": st.sampled_from([-1, 6, 21, 2**63, True]),
+    "top_logprobs": st.sampled_from([-1, 21, 2**63]),
+    "suffix": small_text,
+    "images": st.lists(small_text, max_size=2),
+    "max_completion_tokens": st.sampled_from([0, 5, *HUGE_INTS]),
+    "tool_choice": st.one_of(st.just("any"), st.fixed_dictionaries({"function": weird})),
+}
+
+
+@st.composite
+def _bodies(draw: st.DrawFn, path: str) -> dict[str, Any]:
+    fields = COMPLETION_FIELDS if path == COMPLETIONS else CHAT_FIELDS
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": draw(st.integers(1, 4))}
+    if path == COMPLETIONS:
+        body["prompt"] = draw(prompts)
+    else:
+        body["messages"] = draw(st.lists(message, min_size=1, max_size=4))
+    for name in draw(st.lists(st.sampled_from(sorted(fields)), max_size=5, unique=True)):
+        body[name] = draw(fields[name])
+    keys = sorted({*body, *fields, *MUTANTS})
+    for _ in range(draw(st.integers(0, 3))):
+        how = draw(st.sampled_from(["replace", "replace", "replace", "delete", "unknown"]))
+        key = draw(st.sampled_from(keys))
+        if how == "delete":
+            body.pop(key, None)
+        elif how == "unknown":
+            body[draw(st.text(max_size=10))] = draw(weird)
+        else:
+            body[key] = draw(st.one_of(MUTANTS.get(key, weird), weird))
+    return body
+
+
+def request_cases(path: str) -> st.SearchStrategy[Case]:
+    return _bodies(path).map(lambda b: Case(path, dumps(b).encode("utf-8", "surrogatepass"),
+                                            "mutated"))
+
+
+def schema_cases() -> st.SearchStrategy[Case]:
+    """Chat requests whose response_format or forced tool carries a generated schema."""
+
+    def build(schema: Any, as_tool: bool, strict: bool, stream: bool) -> Case:
+        body: dict[str, Any] = {"model": MODEL, "max_tokens": 4, "stream": stream,
+                                "messages": [{"role": "user", "content": "JSON please"}]}
+        if as_tool:
+            body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+            body["tool_choice"] = "required"
+        else:
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "out", "schema": schema, "strict": strict}}
+        return Case(CHAT, dumps(body).encode("utf-8", "surrogatepass"), "schema")
+
+    return st.builds(build, schemas, st.booleans(), st.booleans(), st.booleans())
+
+
+@st.composite
+def broken_json_cases(draw: st.DrawFn) -> Case:
+    """Bodies that are not (quite) JSON objects."""
+    path = draw(st.sampled_from(ENDPOINTS))
+    valid = dumps(draw(_bodies(path))).encode("utf-8", "surrogatepass")
+    depth = draw(st.sampled_from([100, 1000, 5000, 100_000]))
+    kind = draw(st.sampled_from(["truncated", "deep", "deep-field", "utf8", "garbage", "bignum"]))
+    if kind == "truncated":
+        body = valid[: draw(st.integers(0, max(0, len(valid) - 1)))]
+    elif kind == "deep":
+        body = draw(st.sampled_from([b"[" * depth + b"]" * depth,
+                                     b'{"a":' * depth + b"1" + b"}" * depth, b"[" * depth]))
+    elif kind == "deep-field":
+        body = (f'{{"model":"{MODEL}","max_tokens":2,"prompt":'.encode()
+                + b"[" * depth + b"1" + b"]" * depth + b"}")
+    elif kind == "utf8":
+        bad = draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                                    b"\xe2\x82"]))
+        body = (f'{{"model":"{MODEL}","max_tokens":2,"prompt":"a'.encode() + bad + b'b"}'
+                if draw(st.booleans()) else b"\xef\xbb\xbf" + valid + bad)
+    elif kind == "bignum":
+        # seed takes any integer: the number's size is all that is tested
+        body = (f'{{"model":"{MODEL}","prompt":"x","max_tokens":1,"seed":1'.encode()
+                + b"0" * draw(st.sampled_from([30, 4299, 5000, 100_000])) + b"}")
+    else:
+        body = draw(st.sampled_from([b"", b"null", b"[]", b'"x"', b"{}", b"{", b"}", b"\x00",
+                                     b" " * 10000, b'{"model":1,"model":2}', valid + b"garbage",
+                                     valid.decode("utf-8", "replace").encode("utf-16")]))
+    return Case(path, body, f"broken-{kind}")
+
+
+def all_cases() -> st.SearchStrategy[Case]:
+    return st.one_of(request_cases(COMPLETIONS), request_cases(CHAT), schema_cases(),
+                     broken_json_cases())
+
+
+# --- judging answers ---------------------------------------------------------------------
+
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+@dataclass
+class Result:
+    case: Case
+    status: int | None  # None: no answer (timeout, dropped connection)
+    seconds: float
+    failure: str | None  # None: an answer the server may give
+    detail: str  # the start of the answer, or the transport error
+
+
+def _error_of(body: bytes) -> dict[str, Any] | str:
+    """The error object of an error answer, or what is wrong with its shape."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "error answer is not JSON"
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict) or set(error) != ERROR_KEYS:
+        return "error answer is not in the OpenAI shape"
+    if not isinstance(error["message"], str) or not error["message"]:
+        return "error message is not a non-empty string"
+    return error
+
+
+def _judge_stream(body: bytes) -> str | None:
+    events = [line[6:] for line in body.decode("utf-8", "replace").splitlines()
+              if line.startswith("data: ")]
+    if not events or events[-1] != "[DONE]":
+        return "stream did not end with [DONE]"
+    for event in events[:-1]:
+        try:
+            data = json.loads(event)
+        except ValueError:
+            return "stream event is not JSON"
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and error.get("type") == "server_error":
+            return "server error inside the stream"
+    return None
+
+
+def judge(status: int, content_type: str, body: bytes) -> str | None:
+    """None when the server may answer so; otherwise what is wrong. Statuses below 500,
+    and 503 for overload or a model that cannot be loaded now, are answers; every other
+    5xx is a failure, and so is any answer that is not what its status promises."""
+    if b"Traceback (most recent call last)" in body:
+        return "traceback in the answer"
+    if status == 200:
+        if content_type.startswith("text/event-stream"):
+            return _judge_stream(body)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return "200 answer is not JSON"
+        ok = isinstance(data, dict) and isinstance(data.get("choices"), list)
+        return None if ok else "200 answer has no choices"
+    if not 400 <= status < 600:
+        return f"HTTP {status}"
+    error = _error_of(body)
+    if isinstance(error, str):
+        return f"HTTP {status}: {error}"
+    overload = error["type"] == "server_overloaded" or error["code"] == "model_unavailable"
+    if status >= 500 and not (status == 503 and overload):
+        return f"HTTP {status}"
+    return None
+
+
+def exchange(client: httpx.Client, case: Case, timeout: float = TIMEOUT_S) -> Result:
+    """Sends one case and reads the whole answer, streams included, within `timeout`."""
+    started = time.monotonic()
+    headers = {"Content-Type": "application/json"}
+    try:
+        with client.stream("POST", case.path, content=case.body, headers=headers,
+                           timeout=timeout) as r:
+            parts = []
+            for chunk in r.iter_bytes():
+                parts.append(chunk)
+                if time.monotonic() - started > timeout:
+                    return Result(case, r.status_code, time.monotonic() - started, "timeout",
+                                  "answer still streaming")
+    except httpx.TimeoutException as exc:
+        return Result(case, None, time.monotonic() - started, "timeout", type(exc).__name__)
+    except httpx.TransportError as exc:
+        return Result(case, None, time.monotonic() - started, "dropped connection",
+                      f"{type(exc).__name__}: {exc}")
+    body = b"".join(parts)
+    failure = judge(r.status_code, r.headers.get("content-type", ""), body)
+    return Result(case, r.status_code, time.monotonic() - started, failure,
+                  body[:300].decode("utf-8", "replace"))
+
+
+def new_client(base_url: str) -> httpx.Client:
+    # No pooled connections: a connection the server closed while idle must never pass
+    # for one it dropped mid-request.
+    return httpx.Client(base_url=base_url, timeout=TIMEOUT_S,
+                        limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def server_problem(base_url: str) -> str | None:
+    """None when /health answers 200 and a plain request is served; else what is wrong."""
+    try:
+        health = httpx.get(f"{base_url}/health", timeout=TIMEOUT_S)
+        if health.status_code != 200:
+            return f"/health answered {health.status_code}"
+        r = httpx.post(f"{base_url}{COMPLETIONS}", timeout=TIMEOUT_S * 3, json={
+            "model": MODEL, "prompt": "Hello", "max_tokens": 2})
+    except httpx.HTTPError as exc:
+        return f"no answer: {type(exc).__name__}: {exc}"
+    return None if r.status_code == 200 else f"a plain request got {r.status_code}"

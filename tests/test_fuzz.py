@@ -1,0 +1,92 @@
+"""Fuzzing through the real server over HTTP: mutated requests to both endpoints, generated
+JSON schemas, broken JSON. Every answer must be one the server may give (a 2xx, a 4xx in
+the OpenAI error shape, or a 503/429 for overload; see `judge` in fuzz_strategies), come
+within the time limit on a connection that stays up, and the server must serve normally
+afterwards. scripts/fuzz.py runs the same generators for far longer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import fuzz_strategies as fs
+import httpx
+import pytest
+from conftest import THREADS_ENV, RunningServer, start_server, stop_server
+from hypothesis import HealthCheck, Phase, given, settings
+
+MEMORY_LIMIT_MB = 3072
+# Bounded for CI: a fixed seed, no database, a few dozen examples per generator and no
+# shrinking (on a broken server every shrink step could cost a whole timeout).
+fuzz_settings = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=(Phase.explicit, Phase.generate),
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    # A server of its own, so that a crash found here fails this module only. A small
+    # context bounds whatever generation a fuzzed request may legitimately ask for; one
+    # thread keeps answer times steady on a busy machine; the memory cap turns a runaway
+    # allocation into a failure here rather than the out-of-memory killer's pick.
+    server = start_server(tmp_path_factory.mktemp("fuzz"), "--ctx-size", "256",
+                          "--parallel", "2", "--threads", os.environ.get(THREADS_ENV, "1"),
+                          name="fuzz", memory_limit_mb=MEMORY_LIMIT_MB)
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def fuzz_client(fuzz_server: RunningServer) -> Iterator[httpx.Client]:
+    with fs.new_client(fuzz_server.base_url) as client:
+        yield client
+
+
+def check(server: RunningServer, client: httpx.Client, case: fs.Case) -> None:
+    result = fs.exchange(client, case)
+    if result.failure is None:
+        return
+    code = server.process.poll()
+    state = "" if code is None else f" (the server exited with {code})"
+    pytest.fail(f"{result.failure}{state} after {result.seconds:.1f}s: POST {case.path}\n"
+                f"body: {case.excerpt()}\nanswer: {result.detail[:300]!r}", pytrace=False)
+
+
+@settings(fuzz_settings, max_examples=200)
+@given(case=fs.request_cases(fs.COMPLETIONS))
+def test_fuzz_completions(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                          case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=200)
+@given(case=fs.request_cases(fs.CHAT))
+def test_fuzz_chat(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                   case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=60)
+@given(case=fs.schema_cases())
+def test_fuzz_schemas(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                      case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=150)
+@given(case=fs.broken_json_cases())
+def test_fuzz_broken_json(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                          case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:
+    assert fs.server_problem(fuzz_server.base_url) is None
+    log = fuzz_server.log_text()
+    if "Traceback" in log:
+        pytest.fail("the server logged a traceback:\n" + log[log.index("Traceback"):][:3000],
+                    pytrace=False)
