@@ -45,13 +45,16 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
                 n_threads=opts.threads,
                 n_gpu_layers=opts.n_gpu_layers,
                 repack=opts.repack,
-                n_seq_max=max(opts.parallel, 1) + 128,
+                n_seq_max=max(opts.parallel, 1),
             ),
             scheduler=SchedulerSettings(
-                slots=opts.parallel, max_waiting=opts.max_queue,
+                max_waiting=opts.max_queue,
                 max_wait_seconds=opts.queue_timeout,
             ),
             chat_template=template.read_text(encoding="utf-8") if template else None,
+            prompt_cache_dir=store.models_dir / "prompt-cache" if opts.prompt_cache_mb > 0
+            else None,
+            prompt_cache_mb=opts.prompt_cache_mb,
         )
 
     def spec(entry: RegistryEntry, template: Path | None = None) -> ModelSpec:
@@ -103,8 +106,7 @@ def serve(opts: ServeOptions) -> int:
     metrics = Metrics()
     pool = ModelPool(specs, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
-    app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
-                     max_body_mb=opts.max_body_mb)
+    app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys)  # MERGE-TMP
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout))
     app.state.watchdog_seconds = opts.watchdog_seconds

@@ -91,7 +91,10 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
 
 
 def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None) -> int:
-    """Applies context_length_exceeded_behavior; None as default means 'what fits'."""
+    """Applies context_length_exceeded_behavior; None as default means 'what fits'.
+
+    `n_ctx` is what one sequence holds: every choice has a KV stream of its own.
+    """
     room = n_ctx - prompt_len
     if room < 1:
         raise APIError(
