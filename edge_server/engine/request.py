@@ -114,6 +114,16 @@ class RequestHandle:
         """Called from the engine thread: hand a step's deltas (or an error) to the loop."""
         self._loop.call_soon_threadsafe(self._queue.put_nowait, items)
 
+    @staticmethod
+    def post_many(batches: list[tuple[RequestHandle, list[object]]]) -> None:
+        """Several handles' items in one wake-up of each event loop: a step of eight
+        streams costs the loop one callback, not eight."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestHandle, list[object]]]] = {}
+        for handle, items in batches:
+            by_loop.setdefault(handle._loop, []).append((handle, items))
+        for loop, group in by_loop.items():
+            loop.call_soon_threadsafe(_deliver, group)
+
     # Event loop side -----------------------------------------------------------------
 
     def cancel(self) -> None:
@@ -155,6 +165,11 @@ class RequestHandle:
                 else:
                     assert isinstance(item, ChoiceDelta)
                     yield item
+
+
+def _deliver(group: list[tuple[RequestHandle, list[object]]]) -> None:
+    for handle, items in group:
+        handle._queue.put_nowait(items)
 
 
 DONE_MARKER = _DONE

@@ -289,10 +289,11 @@ class Scheduler:
             log.exception("on_job_done callback failed")
 
     def _flush_outboxes(self, extra: list[Job]) -> None:
+        ready = [(job.handle, job.outbox) for job in [*self._jobs, *extra] if job.outbox]
         for job in [*self._jobs, *extra]:
-            if job.outbox:
-                job.handle.post(job.outbox)
-                job.outbox = []
+            job.outbox = []
+        if ready:
+            RequestHandle.post_many(ready)
 
     # --- admission, prefix sharing and release -----------------------------------------
 
