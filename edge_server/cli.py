@@ -45,13 +45,16 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
                 n_threads=opts.threads,
                 n_gpu_layers=opts.n_gpu_layers,
                 repack=opts.repack,
-                n_seq_max=max(opts.parallel, 1) + 128,
+                n_seq_max=max(opts.parallel, 1),
             ),
             scheduler=SchedulerSettings(
-                slots=opts.parallel, max_waiting=opts.max_queue,
+                max_waiting=opts.max_queue,
                 max_wait_seconds=opts.queue_timeout,
             ),
             chat_template=template.read_text(encoding="utf-8") if template else None,
+            prompt_cache_dir=store.models_dir / "prompt-cache" if opts.prompt_cache_mb > 0
+            else None,
+            prompt_cache_mb=opts.prompt_cache_mb,
         )
 
     def spec(entry: RegistryEntry, template: Path | None = None) -> ModelSpec:

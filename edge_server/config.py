@@ -43,8 +43,9 @@ class ServeOptions:
                                  "models directory, else the project's models/registry.toml)")
     models_dir: Path | None = _opt(None, "where pulled models live (default: "
                                    "$XDG_DATA_HOME/edge-server/models)")
-    ctx_size: int = _opt(0, "KV cache size in tokens, shared by all sequences of a model "
-                         "(default: the model's training context, at most 8192)")
+    ctx_size: int = _opt(0, "KV cache size in tokens of all slots together, split evenly: "
+                         "one request's prompt plus completion fits ctx_size / parallel "
+                         "(default: parallel x the model's training context, at most 2048)")
     threads: int = _opt(0, "CPU threads (default: all cores)")
     parallel: int = _opt(8, "requests decoded together in one batch, per model")
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
@@ -55,6 +56,9 @@ class ServeOptions:
     repack: str = _opt("auto", "CPU weights repacked for AMX/AVX kernels: auto (on, unless a "
                        "one-time probe shows this machine's AMX kernels crash), on, off",
                        choices=["auto", "on", "off"])
+    prompt_cache_mb: int = _opt(256, "host RAM for prompt prefixes evicted from the KV cache, "
+                                "also saved to the models directory at unload and shutdown "
+                                "(0: off)")
     keep_alive: float = _opt(300.0, "seconds a model stays loaded unused (-1: forever); the "
                              "default model is loaded again on its next request")
     memory_budget_mb: int = _opt(0, "memory for loaded models, weights plus KV cache; the "

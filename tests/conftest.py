@@ -75,7 +75,8 @@ def start_server(
         cwd=ROOT,
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
+        # Pulled models and saved prompt caches stay inside the test's directory.
+        env={**os.environ, "XDG_DATA_HOME": str(tmp / "data"), **(env or {})},
         preexec_fn=None if memory_limit_mb is None else lambda: _limit_memory(memory_limit_mb),
     )
     server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)

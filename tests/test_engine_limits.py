@@ -62,19 +62,20 @@ def test_many_choices_wait_for_sequences_instead_of_failing(http: httpx.Client) 
         assert len(r.json()["choices"]) == 100
 
 
-def test_n_times_max_tokens_must_fit_the_context(http: httpx.Client) -> None:
-    body = {"model": DEFAULT_MODEL, "prompt": "Hi", "n": 8, "max_tokens": 1000}
+def test_max_tokens_must_fit_one_sequence(http: httpx.Client) -> None:
+    """Each choice has a KV stream of its own: --ctx-size 4096 over 4 slots is 1,024."""
+    body = {"model": DEFAULT_MODEL, "prompt": "Hi", "n": 8, "max_tokens": 1500}
     strict = http.post("/v1/completions",
                        json={**body, "context_length_exceeded_behavior": "error"})
     assert strict.status_code == 400
     assert strict.json()["error"]["code"] == "context_length_exceeded"
-    # truncate (the default) gives each choice its share of the room
     r = http.post("/v1/completions", json={**body, "max_tokens": 4})
     assert r.status_code == 200 and len(r.json()["choices"]) == 8
 
 
-def test_full_kv_cache_preempts_and_keeps_every_answer(tmp_path: Path) -> None:
-    """8 requests needing ~1,300 cells in a 1,024-cell cache: all finish whole."""
+def test_small_kv_cache_keeps_every_answer(tmp_path: Path) -> None:
+    """8 requests needing ~1,300 cells with --ctx-size 1024: each slot's stream holds its
+    own request, so all finish whole, none cut short by the others."""
     server = start_server(tmp_path, "--ctx-size", "1024", "--parallel", "8", name="kv")
     try:
         def ask(i: int) -> dict:
@@ -90,9 +91,8 @@ def test_full_kv_cache_preempts_and_keeps_every_answer(tmp_path: Path) -> None:
             assert body["usage"]["completion_tokens"] == 150
             assert body["choices"][0]["finish_reason"] == "length"
             assert body["choices"][0]["text"]
-        assert "preempting" in server.log_text()  # the cache did overflow
         health = httpx.get(f"{server.base_url}/health").json()["models"][DEFAULT_MODEL]
-        assert health["busy_sequences"] == 0 and health["preempted"] == 0
+        assert health["busy_sequences"] == 0
     finally:
         stop_server(server)
 

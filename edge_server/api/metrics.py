@@ -79,6 +79,9 @@ class _PoolCollector:
                                            "tokens held in the KV cache", labels=["model"]),
             "kv_capacity": GaugeMetricFamily("edge_server_kv_cache_capacity_tokens",
                                              "KV cache size in tokens", labels=["model"]),
+            "prompt_store_bytes": GaugeMetricFamily(
+                "edge_server_prompt_cache_bytes",
+                "prompt prefixes kept in host RAM beyond the KV cache", labels=["model"]),
         }
         for model_id, stats in self.pool.stats().items():
             for key, gauge in gauges.items():

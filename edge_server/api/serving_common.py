@@ -89,20 +89,16 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
     )
 
 
-def max_tokens_for(
-    req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None, n: int = 1
-) -> int:
+def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None) -> int:
     """Applies context_length_exceeded_behavior; None as default means 'what fits'.
 
-    The n choices share the prompt's KV cells and each writes its own completion, so
-    what fits is the room after the prompt divided among them.
+    `n_ctx` is what one sequence holds: every choice has a KV stream of its own.
     """
-    room = (n_ctx - prompt_len) // max(n, 1)
+    room = n_ctx - prompt_len
     if room < 1:
         raise APIError(
             400,
-            f"The prompt is {prompt_len} tokens, which leaves no room for {n} completion(s) "
-            f"in the context of {n_ctx} tokens.",
+            f"The prompt is {prompt_len} tokens, which does not fit the context of {n_ctx} tokens.",
             type="exceed_context_size_error",
             param="messages" if hasattr(req, "messages") else "prompt",
             code="context_length_exceeded",
@@ -113,8 +109,8 @@ def max_tokens_for(
     if wanted > room and req.context_length_exceeded_behavior == "error":
         raise APIError(
             400,
-            f"The prompt ({prompt_len} tokens) plus n ({n}) x max_tokens ({wanted}) exceeds "
-            f"the context of {n_ctx} tokens.",
+            f"The prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the "
+            f"context of {n_ctx} tokens.",
             type="exceed_context_size_error",
             param="max_tokens",
             code="context_length_exceeded",

@@ -12,6 +12,7 @@ import llama_cpp as lc
 
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
 from .llama_model import ContextSettings, LlamaModel, Vocab
+from .prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
 from .request import GenerationRequest, RequestHandle
 from .scheduler import Scheduler, SchedulerSettings
 
@@ -23,6 +24,8 @@ class EngineSettings:
     context: ContextSettings = field(default_factory=ContextSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     chat_template: str | None = None  # overrides the GGUF file's template
+    prompt_cache_dir: Path | None = None  # where prompt caches outlive the process
+    prompt_cache_mb: int = 256  # host RAM (and disk) for prefixes evicted from the KV cache
 
 
 def control_token_texts(vocab: Vocab) -> list[str]:
@@ -69,12 +72,45 @@ class Engine:
             [len(p) for p in self.vocab.pieces] + [len(t.encode()) for t in controls] + [1]
         )
         self.fingerprint = self._fingerprint()
-        self.scheduler = Scheduler(self.model, settings.scheduler)
+        store = PromptStore(settings.prompt_cache_mb * 1024 * 1024)
+        for entry in self._saved_prompts():
+            store.put(entry)
+        self.scheduler = Scheduler(self.model, settings.scheduler, store)
         self.scheduler.start()
 
     @property
     def n_ctx(self) -> int:
-        return self.model.n_ctx
+        """Tokens one request may use: prompt plus completion, in its own KV stream."""
+        return self.model.n_ctx_seq
+
+    def _cache_dir(self) -> Path | None:
+        if self.settings.prompt_cache_dir is None:
+            return None
+        # Saved KV is only valid for this file, llama.cpp build and KV layout.
+        stat = self.path.stat()
+        identity = f"{self.fingerprint}|{stat.st_mtime_ns}|{self.model.kv_layout}"
+        key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+        return self.settings.prompt_cache_dir / f"{self.path.stem}-{key}"
+
+    def _saved_prompts(self) -> list[StoredPrefix]:
+        directory = self._cache_dir()
+        if directory is None:
+            return []
+        entries = load_entries(directory, directory.name, self.settings.prompt_cache_mb << 20,
+                               max_tokens=self.model.n_ctx_seq)
+        if entries:
+            log.info("%s: %d saved prompt prefixes loaded", self.model_id, len(entries))
+        return entries
+
+    def _save_prompts(self) -> None:
+        directory = self._cache_dir()
+        if directory is None:
+            return
+        self.scheduler.kv.spill_all()
+        saved = save_entries(directory, directory.name, self.scheduler.kv.store.entries(),
+                             self.settings.prompt_cache_mb << 20)
+        if saved:
+            log.info("%s: %d prompt prefixes saved", self.model_id, saved)
 
     def _fingerprint(self) -> str:
         """Identifies the llama.cpp build and the model file, as system_fingerprint."""
@@ -112,4 +148,8 @@ class Engine:
 
     def close(self) -> None:
         self.scheduler.stop()
+        try:
+            self._save_prompts()
+        except Exception:  # a full disk must not keep the model from unloading
+            log.exception("could not save prompt caches")
         self.model.close()

@@ -37,55 +37,52 @@ class JobStats:
 @dataclass
 class Choice:
     index: int
-    seq_id: int
     sampler: SamplerChain
     text: TextStream
+    slot: Slot | None = None  # None: waiting for a sequence (n larger than free slots)
     generated: int = 0
     next_token: int = -1  # sampled, not yet decoded
     position: int = 0  # KV position next_token will take
     row: int = -1  # batch row whose logits it samples from
     finished: bool = False
-    decoded: list[int] = field(default_factory=list)  # generated tokens now in the KV cache
-    # After a preemption: generated tokens to evaluate again before decoding goes on.
-    replay: list[int] = field(default_factory=list)
+    # A choice that starts on a sequence which already holds the prompt evaluates the
+    # last prompt token again to get the logits of its first token.
+    first_from: int = -1  # that token, or -1
+
+    @property
+    def seq_id(self) -> int:
+        assert self.slot is not None
+        return self.slot.seq_id
 
 
 @dataclass
 class Job:
     request: GenerationRequest
     handle: RequestHandle
-    slot: Slot
+    slot: Slot  # the sequence that evaluates the prompt
     choices: list[Choice]
     prefill_at: int  # index of the next prompt token to evaluate
     prompt_row: int = -1  # row holding the last prompt token's logits, once evaluated
     outbox: list[object] = field(default_factory=list)
     admitted_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
-    started: bool = False  # the prompt was evaluated and first tokens sampled
-    preempted: bool = False  # its KV was freed for others; it waits to be recomputed
-    resuming: bool = False  # recomputing after a preemption: no new first tokens
+    # Waiting for another slot to finish evaluating a shared prefix: (slot, tokens).
+    wait_for: tuple[Slot, int] | None = None
 
     @property
     def prefilling(self) -> bool:
         return self.prefill_at < len(self.request.prompt_tokens)
 
     @property
-    def replaying(self) -> bool:
-        return any(c.replay for c in self.choices if not c.finished)
+    def slots(self) -> list[Slot]:
+        seen = [self.slot]
+        for choice in self.choices:
+            if choice.slot is not None and choice.slot not in seen:
+                seen.append(choice.slot)
+        return seen
 
-    @property
-    def kv_cells(self) -> int:
-        """KV cells this job occupies (siblings share the prompt's cells)."""
-        if self.preempted:
-            return 0
-        return self.prefill_at + sum(len(c.decoded) for c in self.choices)
-
-    @property
-    def recompute_cells(self) -> int:
-        """KV cells a preempted job needs to come back."""
-        return len(self.request.prompt_tokens) + sum(
-            len(c.decoded) + len(c.replay) for c in self.choices
-        )
+    def pending_choices(self) -> list[Choice]:
+        return [c for c in self.choices if c.slot is None and not c.finished]
 
     def finish_choice(
         self,
@@ -99,24 +96,8 @@ class Job:
         if (reason == "stop" and not choice.text.stopped) or (reason == "length" and not tokens):
             text += choice.text.finish()
         choice.finished = True
-        choice.replay.clear()
         self.handle.usage.completion_tokens += choice.generated
         self.outbox.append(ChoiceDelta(choice.index, text, tokens, reason, scored))
-
-    def preempt(self) -> None:
-        """Its KV was freed: its choices keep their text, samplers and tokens so far, and
-        evaluate the prompt and their tokens again once resumed."""
-        self.preempted = True
-        # Choices that already began recompute their tokens; a prompt cut short by the
-        # preemption simply starts again.
-        self.resuming = self.started
-        if not self.started:
-            self.handle.prompt_logprobs.clear()
-        for choice in self.choices:
-            choice.replay = [] if choice.finished else [*choice.decoded, *choice.replay]
-            choice.decoded = []
-            choice.position = 0
-        self.prefill_at = 0
 
     def stats(self) -> JobStats:
         now = time.monotonic()

@@ -1,95 +1,178 @@
-"""Which sequence of the KV cache holds which tokens: cache slots and spare sequence ids.
+"""Which sequence of the KV cache holds which tokens, and where a new prompt's prefix
+can be found: in a slot's own stream, in another slot's (busy or idle), or in the host
+RAM store of spilled prefixes.
 
-Sequence ids 0..slots-1 are cache slots whose KV survives a request, so the next request
-sharing a prefix (a system prompt, a growing chat) evaluates only its new tail. Extra
-choices of an `n > 1` request borrow ids from a pool above the slots and get a copy of
-the prompt's KV instead of evaluating it again. The scheduler decides *when*; this
-module keeps the books and issues the llama.cpp memory calls.
+Each slot is one sequence with a KV stream of its own. A slot keeps its tokens after a
+request, so the next request sharing a prefix (a system prompt, a growing chat)
+evaluates only its new tail. The scheduler decides *when*; this module keeps the books
+and issues the llama.cpp memory calls.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
 from .llama_model import LlamaModel
+from .prompt_store import PromptStore, StoredPrefix, common_prefix
+
+log = logging.getLogger(__name__)
+
+# A free slot is reused in place when the new prompt keeps at least this share of what
+# it holds; otherwise the least recently used free slot is taken, so distinct prompts
+# stay cached side by side.
+_REUSE_SHARE = 0.5
+# Copying a prefix from elsewhere must save at least this many tokens of prefill.
+_MIN_COPY_GAIN = 32
+# Prefixes this long are worth keeping in host RAM when their slot is overwritten.
+_MIN_SPILL_TOKENS = 128
+
+__all__ = ["Slot", "SlotTable", "common_prefix"]
 
 
 @dataclass
 class Slot:
     seq_id: int
-    cached: list[int] = field(default_factory=list)  # tokens whose KV this sequence holds
+    cached: list[int] = field(default_factory=list)  # tokens whose KV this stream holds
     busy: bool = False
     last_used: float = 0.0
+    # While a prompt is being evaluated here: all of it, so that identical prompts
+    # arriving meanwhile can wait for it instead of evaluating it again.
+    target: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PrefixSource:
+    length: int  # prompt tokens it can provide
+    slot: Slot | None = None  # copy from this slot's stream ...
+    stored: StoredPrefix | None = None  # ... or restore this saved prefix
 
 
 class SlotTable:
-    def __init__(self, model: LlamaModel, n_slots: int) -> None:
+    def __init__(self, model: LlamaModel, store: PromptStore) -> None:
         self.model = model
-        n_slots = max(1, min(n_slots, model.n_seq_max))
-        self.slots = [Slot(seq_id=i) for i in range(n_slots)]
-        self._spare: list[int] = list(range(n_slots, model.n_seq_max))
-        self.n_spare_total = len(self._spare)
+        self.store = store
+        self.slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
+        self._copied_into: set[int] = set()  # streams whose copy waits for the next decode
 
-    # --- slots ---------------------------------------------------------------------------
+    # --- choosing and filling a slot -------------------------------------------------------
 
     def free_slots(self) -> list[Slot]:
         return [s for s in self.slots if not s.busy]
 
-    def claim(self, free: list[Slot], prompt: list[int], *, reuse: bool) -> tuple[Slot, int]:
-        """Takes the free slot sharing the longest prefix with `prompt` (least recently
-        used among equals); returns it and how many prompt tokens its KV already holds."""
-        slot = max(free, key=lambda s: (common_prefix(s.cached, prompt), -s.last_used))
-        # Keep the shared prefix, but always re-evaluate at least the last prompt token:
-        # its logits are needed to sample the first token.
-        keep = min(common_prefix(slot.cached, prompt), len(prompt) - 1) if reuse else 0
-        if not self.model.seq_remove(slot.seq_id, keep, -1):
-            self.model.seq_remove(slot.seq_id)
-            keep = 0
-        del slot.cached[keep:]
-        slot.busy = True
-        return slot, keep
+    def choose(self, free: list[Slot], prompt: list[int]) -> Slot:
+        """The free slot to serve `prompt`: one whose cache it mostly keeps, else the
+        least recently used (an empty one first)."""
+        def kept_share(slot: Slot) -> float:
+            return common_prefix(slot.cached, prompt) / len(slot.cached) if slot.cached else 0
+
+        best = max(free, key=kept_share)
+        if kept_share(best) >= _REUSE_SHARE:
+            return best
+        return min(free, key=lambda s: (bool(s.cached), s.last_used))
+
+    def best_source(self, prompt: list[int], dst: Slot) -> PrefixSource:
+        """Where the longest prefix of `prompt` is available right now."""
+        best = PrefixSource(common_prefix(dst.cached, prompt), slot=dst)
+        for slot in self.slots:
+            if slot is dst or slot.seq_id in self._copied_into:
+                continue
+            n = common_prefix(slot.cached, prompt)
+            if n > best.length:
+                best = PrefixSource(n, slot=slot)
+        stored, n = self.store.best(prompt)
+        if stored is not None and n > best.length and len(stored.tokens) <= self.model.n_ctx_seq:
+            best = PrefixSource(n, stored=stored)
+        return best
+
+    def upcoming_source(self, prompt: list[int]) -> tuple[Slot | None, int]:
+        """A slot still evaluating a prompt that shares a longer prefix than is cached."""
+        best: Slot | None = None
+        length = 0
+        for slot in self.slots:
+            if slot.target and len(slot.cached) < len(slot.target):
+                n = common_prefix(slot.target, prompt)
+                if n > length:
+                    best, length = slot, n
+        return best, length
+
+    def fill(self, slot: Slot, prompt: list[int], source: PrefixSource, *, limit: int) -> int:
+        """Makes `slot` hold the longest usable prefix of `prompt` (at most `limit` tokens)
+        from `source`; returns how many prompt tokens it now holds."""
+        own = common_prefix(slot.cached, prompt)
+        length = min(source.length, limit)
+        if source.slot is not slot and length >= own + _MIN_COPY_GAIN:
+            if source.slot is not None:
+                self.copy_prefix(source.slot, slot, length)
+                return length
+            self.spill(slot, keep=0)
+            assert source.stored is not None
+            if self.model.seq_restore(slot.seq_id, source.stored.data, length):
+                source.stored.last_used = time.monotonic()
+                slot.cached = source.stored.tokens[:length]
+                return length
+            log.warning("a saved prompt prefix did not load; evaluating it again")
+            slot.cached = []
+            own = 0
+        keep = min(own, limit)
+        self.trim(slot, keep)
+        return keep
+
+    def copy_prefix(self, src: Slot, dst: Slot, length: int) -> None:
+        """dst's stream gets src's first `length` tokens (the buffer copy runs with the
+        next decode, so dst is no source for others until then)."""
+        self.spill(dst, keep=0)
+        self.model.seq_copy_prefix(src.seq_id, dst.seq_id, length)
+        dst.cached = src.cached[:length]
+        self._copied_into.add(dst.seq_id)
+
+    def can_copy_from(self, slot: Slot) -> bool:
+        return slot.seq_id not in self._copied_into
+
+    def trim(self, slot: Slot, keep: int) -> None:
+        """Keeps the first `keep` tokens of a slot's stream (spilling what goes, if long)."""
+        if keep < len(slot.cached):
+            self.spill(slot, keep)
+            if not self.model.seq_remove(slot.seq_id, keep, -1):
+                self.model.seq_remove(slot.seq_id)
+                keep = 0
+            del slot.cached[keep:]
+
+    def spill(self, slot: Slot, keep: int) -> None:
+        """Saves a long prefix to host RAM before it is overwritten past `keep` tokens,
+        unless another slot or the store still holds it."""
+        tokens = slot.cached
+        if (len(tokens) - keep < _MIN_SPILL_TOKENS or self.store.max_bytes <= 0
+                or slot.seq_id in self._copied_into):  # its buffer is not written yet
+            return
+        if any(s is not slot and s.cached[: len(tokens)] == tokens for s in self.slots):
+            return
+        _, stored = self.store.best(tokens)
+        if stored > len(tokens) - _MIN_SPILL_TOKENS:
+            return  # the store already holds all but a short tail of it
+        self.store.put(StoredPrefix(list(tokens), self.model.seq_state(slot.seq_id)))
+
+    def decoded(self) -> None:
+        """A decode ran: queued stream copies are done."""
+        self._copied_into.clear()
 
     def release(self, slot: Slot) -> None:
         slot.busy = False
+        slot.target = []
         slot.last_used = time.monotonic()
 
     def forget(self, slot: Slot) -> None:
-        """Drops a slot's KV: it may be half-written, or its room is needed."""
+        """Drops a slot's KV: it may be half-written."""
         self.model.seq_remove(slot.seq_id)
-        slot.cached.clear()
+        slot.cached = []
+        slot.target = []
 
-    def evict_idle(self) -> bool:
-        """Frees the KV of idle slots to make room; True if anything was freed."""
-        freed = False
-        for slot in self.slots:
-            if not slot.busy and slot.cached:
-                self.forget(slot)
-                freed = True
-        return freed
+    def spill_all(self) -> None:
+        """Before the context goes away (unload, shutdown): keep what idle slots hold."""
+        for slot in sorted(self.slots, key=lambda s: s.last_used, reverse=True):
+            if not slot.busy:
+                self.spill(slot, keep=0)
 
-    # --- spare sequence ids for sibling choices ------------------------------------------
-
-    @property
-    def n_spare_free(self) -> int:
-        return len(self._spare)
-
-    def borrow(self) -> int:
-        return self._spare.pop()
-
-    def give_back(self, seq_id: int) -> None:
-        self.model.seq_remove(seq_id)
-        self._spare.append(seq_id)
-
-    # --- accounting ------------------------------------------------------------------------
-
-    def idle_cached_tokens(self) -> int:
-        return sum(len(s.cached) for s in self.slots if not s.busy)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    def cached_tokens(self) -> int:
+        return sum(len(s.cached) for s in self.slots)

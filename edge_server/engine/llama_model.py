@@ -48,8 +48,8 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class ContextSettings:
-    n_ctx: int = 0  # 0: the model's training context, capped at 8192
-    n_seq_max: int = 64  # sequence ids the KV cache tracks (slots plus sibling choices)
+    n_ctx: int = 0  # KV cells of all slots together; 0: slots x min(training context, 2048)
+    n_seq_max: int = 4  # sequences (slots), each with its own KV stream of n_ctx / n_seq_max
     n_batch: int = 512  # tokens per llama_decode call
     n_threads: int = 0  # 0: one per CPU core
     n_gpu_layers: int = -1  # -1: offload every layer where a GPU backend exists
@@ -113,8 +113,12 @@ class Vocab:
         return 0 <= token < self.n_tokens
 
 
+_DEFAULT_CTX_PER_SLOT = 2048
+
+
 class LlamaModel:
-    """A GGUF file loaded with one context whose KV cache is shared by all sequences."""
+    """A GGUF file loaded with one context; each sequence has a KV stream of its own, so
+    decoding a token attends over its own sequence only, however many are busy."""
 
     def __init__(self, path: Path, settings: ContextSettings) -> None:
         init_backend()
@@ -135,17 +139,19 @@ class LlamaModel:
         self.vocab = Vocab(lc.llama_model_get_vocab(model))
         self.n_ctx_train: int = lc.llama_model_n_ctx_train(model)
 
-        n_ctx = settings.n_ctx or min(self.n_ctx_train, 8192)
+        n_seq = max(1, min(settings.n_seq_max, lc.llama_max_parallel_sequences()))
+        n_ctx = settings.n_ctx or n_seq * min(self.n_ctx_train, _DEFAULT_CTX_PER_SLOT)
         threads = settings.n_threads or default_threads()
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = settings.n_batch
         cparams.n_ubatch = settings.n_batch
-        cparams.n_seq_max = min(settings.n_seq_max, lc.llama_max_parallel_sequences())
+        cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        # One KV buffer for every sequence: a long request may use what short ones leave.
-        cparams.kv_unified = True
+        # A stream per sequence (as llama-server runs): with one unified buffer every
+        # token would attend over every sequence's cells, masked out but still computed.
+        cparams.kv_unified = False
         cparams.no_perf = True
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
@@ -156,13 +162,17 @@ class LlamaModel:
         self.n_ctx: int = lc.llama_n_ctx(ctx)
         self.n_batch: int = lc.llama_n_batch(ctx)
         self.n_seq_max: int = lc.llama_n_seq_max(ctx)
+        self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells of one sequence's stream
+        # What saved sequence states depend on besides the model file.
+        self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}"
         self.n_threads = threads
         self.metadata = self._read_metadata()
         self.description = self._describe()
         log.info(
-            "loaded %s: n_ctx=%d n_seq_max=%d threads=%d",
+            "loaded %s: n_ctx=%d (%d per sequence) n_seq_max=%d threads=%d",
             path.name,
             self.n_ctx,
+            self.n_ctx_seq,
             self.n_seq_max,
             threads,
         )
@@ -195,8 +205,28 @@ class LlamaModel:
     def seq_remove(self, seq_id: int, start: int = -1, end: int = -1) -> bool:
         return bool(lc.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
-    def seq_copy(self, src: int, dst: int) -> None:
+    def seq_copy_prefix(self, src: int, dst: int, length: int) -> None:
+        """dst holds src's first `length` tokens afterwards. Across streams llama.cpp copies
+        whole buffers only (a partial range aborts the process), so copy all, then trim."""
         lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+        lc.llama_memory_seq_rm(self.memory, dst, length, -1)
+
+    def seq_state(self, seq_id: int) -> bytes:
+        """The KV cells of one sequence, as llama.cpp serialises them."""
+        size = lc.llama_state_seq_get_size(self.ctx, seq_id)
+        buf = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
+        return bytes(buf[:written])
+
+    def seq_restore(self, seq_id: int, data: bytes, length: int) -> bool:
+        """Loads a saved sequence into seq_id, keeping its first `length` tokens."""
+        lc.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if lc.llama_state_seq_set_data(self.ctx, buf, len(data), seq_id) != len(data):
+            lc.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+            return False
+        lc.llama_memory_seq_rm(self.memory, seq_id, length, -1)
+        return True
 
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output row of the last decode, as a numpy view (no copy)."""

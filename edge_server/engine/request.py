@@ -26,23 +26,23 @@ class GenerationRequest:
     logprobs: int | None = None  # None: none; k: chosen token's logprob plus the top k
     prompt_logprobs: bool = False  # also score every prompt token (echo with logprobs)
 
-    def check(self, *, n_ctx: int, max_choices: int, n_vocab: int) -> None:
-        """Refuses what the engine cannot serve: out-of-vocabulary ids, more choices
-        than sequences, more tokens than the KV cache holds."""
+    def check(self, *, n_ctx: int, n_vocab: int) -> None:
+        """Refuses what the engine cannot serve: out-of-vocabulary ids, more tokens than
+        one sequence's KV stream holds."""
         tokens = self.prompt_tokens
         if not tokens:
             raise EngineError("the prompt is empty", status=400, code="invalid_prompt")
         if any(not 0 <= t < n_vocab for t in tokens):
             raise EngineError("the prompt holds a token id outside the vocabulary", status=400)
-        if not 1 <= self.n <= max_choices:
-            raise EngineError(f"n may be at most {max_choices} here", status=400)
+        if not 1 <= self.n <= 128:
+            raise EngineError("n must be between 1 and 128", status=400)
         if self.max_tokens < 1:
             raise EngineError("max_tokens must be at least 1", status=400)
-        # The n choices share the prompt's cells; each writes its own completion.
-        if len(tokens) + self.n * self.max_tokens > n_ctx:
+        # Every choice runs in a KV stream of its own, of n_ctx cells.
+        if len(tokens) + self.max_tokens > n_ctx:
             raise EngineError(
-                f"the prompt ({len(tokens)} tokens) plus n ({self.n}) x max_tokens "
-                f"({self.max_tokens}) exceeds the context of {n_ctx} tokens",
+                f"the prompt ({len(tokens)} tokens) plus max_tokens ({self.max_tokens}) "
+                f"exceeds the context of {n_ctx} tokens",
                 status=400,
                 code="context_length_exceeded",
             )
@@ -114,6 +114,16 @@ class RequestHandle:
         """Called from the engine thread: hand a step's deltas (or an error) to the loop."""
         self._loop.call_soon_threadsafe(self._queue.put_nowait, items)
 
+    @staticmethod
+    def post_many(batches: list[tuple[RequestHandle, list[object]]]) -> None:
+        """Several handles' items in one wake-up of each event loop: a step of eight
+        streams costs the loop one callback, not eight."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestHandle, list[object]]]] = {}
+        for handle, items in batches:
+            by_loop.setdefault(handle._loop, []).append((handle, items))
+        for loop, group in by_loop.items():
+            loop.call_soon_threadsafe(_deliver, group)
+
     # Event loop side -----------------------------------------------------------------
 
     def cancel(self) -> None:
@@ -155,6 +165,11 @@ class RequestHandle:
                 else:
                     assert isinstance(item, ChoiceDelta)
                     yield item
+
+
+def _deliver(group: list[tuple[RequestHandle, list[object]]]) -> None:
+    for handle, items in group:
+        handle._queue.put_nowait(items)
 
 
 DONE_MARKER = _DONE

@@ -5,10 +5,11 @@ token of every generating sequence plus chunks of waiting prompts (chunked prefi
 one C sampler call per sequence. Python does a handful of operations per token; the heavy
 work (matrix math, sampling) is in C with the GIL released.
 
-KV pressure never throws generated text away: a request whose prompt and `n` x
-`max_tokens` cannot fit is refused up front; when the shared cache runs out mid-way
-because several requests grew at once, the newest one is preempted (its KV freed, its
-text so far kept) and recomputed once there is room again.
+Every slot is a sequence with a KV stream of its own (see kv_slots.py), so a request
+never runs out of cache because others grew: what does not fit one stream is refused up
+front. A prompt whose prefix another slot holds, or is evaluating right now, copies that
+KV instead of evaluating it again. The n choices of a request take as many free slots as
+they can; the rest start on the request's own slots as earlier choices finish.
 """
 
 from __future__ import annotations
@@ -22,16 +23,11 @@ from dataclasses import dataclass
 
 from .batch import DecodeBatch
 from .jobs import Choice, Job, JobStats, choice_seed
-from .kv_slots import Slot, SlotTable
+from .kv_slots import PrefixSource, Slot, SlotTable, common_prefix
 from .llama_model import LlamaModel
 from .logprobs import score_rows, token_logprob
-from .request import (
-    DONE_MARKER,
-    ChoiceDelta,
-    EngineError,
-    GenerationRequest,
-    RequestHandle,
-)
+from .prompt_store import PromptStore
+from .request import DONE_MARKER, ChoiceDelta, EngineError, GenerationRequest, RequestHandle
 from .sampling import GrammarError, SamplerChain, resolve_seed
 from .text_stream import TextStream
 from .waiting import WaitingQueue
@@ -43,14 +39,12 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 # llama.cpp's grammar parser and sampler setup recurse in C on this thread: give it a
 # stack far deeper than any bounded grammar needs (virtual memory, touched on demand).
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
-# A request that needs spare sequences (n > 1) lets later ones pass it for this long,
-# then the queue waits for it (no starvation).
-_MAX_SKIP_SECONDS = 5.0
+# Waiting for a slot that is evaluating the same prefix pays off from this many tokens.
+_MIN_SHARED_PREFIX = 64
 
 
 @dataclass(frozen=True)
 class SchedulerSettings:
-    slots: int = 4  # requests decoded at once
     max_waiting: int = 64  # queued requests beyond the slots before 429
     max_wait_seconds: float = 120.0  # a request not admitted by then fails with 503
     # While other sequences are generating, a step evaluates at most this many prompt
@@ -59,11 +53,12 @@ class SchedulerSettings:
 
 
 class Scheduler:
-    def __init__(self, model: LlamaModel, settings: SchedulerSettings) -> None:
+    def __init__(self, model: LlamaModel, settings: SchedulerSettings,
+                 store: PromptStore) -> None:
         self.model = model
         self.vocab = model.vocab
         self.settings = settings
-        self.kv = SlotTable(model, settings.slots)
+        self.kv = SlotTable(model, store)
         self._batch = DecodeBatch(model.n_batch)
         self._waiting = WaitingQueue(settings.max_waiting, settings.max_wait_seconds)
         self._jobs: list[Job] = []
@@ -78,10 +73,6 @@ class Scheduler:
     @property
     def n_slots(self) -> int:
         return len(self.kv.slots)
-
-    @property
-    def max_choices(self) -> int:
-        return 1 + self.kv.n_spare_total
 
     def start(self) -> None:
         self._waiting.open = True
@@ -100,15 +91,14 @@ class Scheduler:
 
     def submit(self, request: GenerationRequest) -> RequestHandle:
         # Last guard before C code: anything refused here would otherwise abort it.
-        request.check(n_ctx=self.model.n_ctx, max_choices=self.max_choices,
-                      n_vocab=self.vocab.n_tokens)
+        request.check(n_ctx=self.model.n_ctx_seq, n_vocab=self.vocab.n_tokens)
         handle = RequestHandle(request, asyncio.get_running_loop())
         self._waiting.push(handle)
         return handle
 
     @property
     def idle(self) -> bool:
-        return not self._jobs and not self._waiting
+        return not self._jobs and not len(self._waiting)
 
     def stalled_for(self) -> float:
         """Seconds the current step has run (0 between steps): the watchdog's reading."""
@@ -120,12 +110,14 @@ class Scheduler:
         return {
             "slots": self.n_slots,
             "busy_slots": sum(s.busy for s in self.kv.slots),
-            "busy_sequences": sum(1 for j in jobs for c in j.choices if not c.finished),
+            "busy_sequences": sum(
+                1 for j in jobs for c in j.choices if c.slot is not None and not c.finished
+            ),
             "waiting": len(self._waiting),
-            "preempted": sum(j.preempted for j in jobs),
-            # Prompt and generated tokens held in the KV cache (cached prefixes included).
-            "kv_tokens": self.kv.idle_cached_tokens() + sum(j.kv_cells for j in jobs),
+            "kv_tokens": self.kv.cached_tokens(),
             "kv_capacity": self.model.n_ctx,
+            "prompt_store_entries": len(self.kv.store),
+            "prompt_store_bytes": self.kv.store.used_bytes,
         }
 
     # --- engine thread ----------------------------------------------------------------
@@ -146,100 +138,94 @@ class Scheduler:
 
     def _step(self) -> None:
         self._drop_cancelled()
-        self._resume_preempted()
         self._admit()
-        active = [j for j in self._jobs if not j.preempted]
-        if not active:
+        self._resolve_waits()
+        self._seat_pending_choices()
+        if not self._jobs:
             return
         batch = self._batch
         batch.clear()
         decoding: list[tuple[Job, Choice]] = []
-        for job in active:
-            if job.prefilling or job.replaying:
-                continue
+        firsts: list[tuple[Job, Choice]] = []
+        for job in self._jobs:
             for choice in job.choices:
-                if not choice.finished:
-                    choice.row = batch.add(
-                        choice.next_token, choice.position, choice.seq_id, logits=True
-                    )
+                if choice.slot is None or choice.finished:
+                    continue
+                if choice.first_from >= 0:
+                    choice.row = batch.add(choice.first_from, choice.position, choice.seq_id,
+                                           logits=True)
+                    firsts.append((job, choice))
+                elif choice.next_token >= 0:
+                    choice.row = batch.add(choice.next_token, choice.position, choice.seq_id,
+                                           logits=True)
                     decoding.append((job, choice))
         budget = batch.free
-        if decoding:
+        if decoding or firsts:
             budget = min(budget, self.settings.prefill_chunk_while_decoding)
         prefill_spans: list[tuple[Job, int, int]] = []
-        replay_spans: list[tuple[Job, Choice, int]] = []
-        for job in active:
+        for job in self._jobs:
             if budget <= 0:
                 break
-            if job.prefilling:
+            if job.prefilling and job.wait_for is None:
                 end, first_row = self._add_prompt_chunk(job, budget)
                 budget -= end - job.prefill_at
                 prefill_spans.append((job, end, first_row))
-            elif job.replaying:
-                for choice in job.choices:
-                    if choice.replay and not choice.finished and budget > 0:
-                        take = choice.replay[:budget]
-                        batch.add_span(take, choice.position, choice.seq_id, logits_last=False)
-                        budget -= len(take)
-                        replay_spans.append((job, choice, len(take)))
+        if batch.size == 0:
+            return  # only jobs waiting for a shared prefix
 
         status = batch.decode(self.model.ctx)
-        if status == 1 and self.kv.evict_idle():
-            status = batch.decode(self.model.ctx)
+        self.kv.decoded()
         if status != 0:
-            self._on_decode_failure(status, active)
+            # Streams are sized so that checked requests fit: this is llama.cpp failing.
+            for job in list(self._jobs):
+                self._abort(job, EngineError(f"llama_decode failed ({status})"))
             return
 
         for job, end, first_row in prefill_spans:
-            if job.request.prompt_logprobs and not job.resuming:
+            if job.request.prompt_logprobs:
                 self._score_prompt(job, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
             if not job.prefilling:
                 self._start_choices(job)
-        for job, choice, count in replay_spans:
-            self._record_decoded(job, choice, choice.replay[:count])
-            del choice.replay[:count]
+        for job, choice in firsts:
+            self._record_decoded(choice, choice.first_from)
+            choice.first_from = -1
+            self._on_token(job, choice, choice.row)
         for job, choice in decoding:
-            self._record_decoded(job, choice, [choice.next_token])
+            self._record_decoded(choice, choice.next_token)
             self._on_token(job, choice, choice.row)
         self._finish_done_jobs()
 
     def _add_prompt_chunk(self, job: Job, budget: int) -> tuple[int, int]:
         prompt = job.request.prompt_tokens
         end = min(len(prompt), job.prefill_at + budget)
-        last = end == len(prompt)
         batch = self._batch
         first_row = batch.size
-        row = batch.add_span(
-            prompt[job.prefill_at : end], job.prefill_at, job.slot.seq_id,
-            logits_last=last and not job.resuming,
-        )
-        if job.request.prompt_logprobs and not job.resuming:
+        row = batch.add_span(prompt[job.prefill_at : end], job.prefill_at, job.slot.seq_id,
+                             logits_last=end == len(prompt))
+        if job.request.prompt_logprobs:
             batch.want_logits[first_row : row + 1] = 1
-        if last:
+        if end == len(prompt):
             job.prompt_row = row
         return end, first_row
 
-    def _record_decoded(self, job: Job, choice: Choice, tokens: list[int]) -> None:
-        """Tokens of a choice are now in its sequence's KV."""
-        if choice.seq_id == job.slot.seq_id:
-            job.slot.cached.extend(tokens)
-        choice.decoded.extend(tokens)
-        choice.position += len(tokens)
+    @staticmethod
+    def _record_decoded(choice: Choice, token: int) -> None:
+        assert choice.slot is not None
+        choice.slot.cached.append(token)
+        choice.position += 1
 
     def _start_choices(self, job: Job) -> None:
-        """The prompt is in the KV cache: give siblings a copy and sample first tokens
-        (or, after a preemption, queue each choice's own tokens to be evaluated again)."""
+        """The prompt is in the KV cache: give the siblings seated so far a copy, and
+        sample every seated choice's first token from the prompt's logits."""
+        prompt = job.request.prompt_tokens
         for choice in job.choices:
-            if choice.seq_id != job.slot.seq_id and not choice.finished:
-                self.model.seq_copy(job.slot.seq_id, choice.seq_id)
-            choice.position = len(job.request.prompt_tokens)
-        if job.resuming:
-            job.resuming = False
-            return
-        job.started = True
-        for choice in job.choices:
+            if choice.slot is None:
+                continue
+            if choice.slot is not job.slot:
+                self.kv.copy_prefix(job.slot, choice.slot, len(prompt))
+            choice.position = len(prompt)
             self._on_token(job, choice, job.prompt_row)
 
     def _score_prompt(self, job: Job, end: int, first_row: int) -> None:
@@ -278,7 +264,8 @@ class Scheduler:
         text = choice.text.push(self.vocab.pieces[token])
         if choice.text.stopped:
             job.finish_choice(choice, "stop", [token], text, scored)
-        elif choice.generated >= request.max_tokens or choice.position + 1 >= self.model.n_ctx:
+        elif (choice.generated >= request.max_tokens
+              or choice.position + 1 >= self.model.n_ctx_seq):
             text += choice.text.finish()
             job.finish_choice(choice, "length", [token], text, scored)
         else:
@@ -302,124 +289,131 @@ class Scheduler:
             log.exception("on_job_done callback failed")
 
     def _flush_outboxes(self, extra: list[Job]) -> None:
+        ready = [(job.handle, job.outbox) for job in [*self._jobs, *extra] if job.outbox]
         for job in [*self._jobs, *extra]:
-            if job.outbox:
-                job.handle.post(job.outbox)
-                job.outbox = []
+            job.outbox = []
+        if ready:
+            RequestHandle.post_many(ready)
 
-    # --- admission and release ----------------------------------------------------------
-
-    def _kv_in_use(self) -> int:
-        return sum(j.kv_cells for j in self._jobs)
+    # --- admission, prefix sharing and release -----------------------------------------
 
     def _admit(self) -> None:
         self._waiting.expire()
-        if any(j.preempted for j in self._jobs):
-            return  # recompute preempted work before taking new work
-        candidates = self._waiting.snapshot()
-        now = time.monotonic()
-        for handle in candidates:
+        waiting = self._waiting.snapshot()
+        for i, handle in enumerate(waiting):
             free = self.kv.free_slots()
             if not free:
                 return
-            request = handle.request
-            room = self.model.n_ctx - self._kv_in_use()
-            fits = request.n - 1 <= self.kv.n_spare_free and (
-                not self._jobs or len(request.prompt_tokens) <= room
-            )
-            if not fits:
-                if now - handle.submitted_at > _MAX_SKIP_SECONDS:
-                    return  # it has waited long enough: nothing may pass it now
-                continue
             self._waiting.remove(handle)
-            self._start_job(handle, free)
+            self._start_job(handle, free, others_waiting=len(waiting) - i - 1)
 
-    def _start_job(self, handle: RequestHandle, free: list[Slot]) -> None:
+    def _start_job(self, handle: RequestHandle, free: list[Slot], others_waiting: int) -> None:
         request = handle.request
-        # Every prompt token must be scored for prompt logprobs: evaluate them all.
-        slot, keep = self.kv.claim(free, request.prompt_tokens, reuse=not request.prompt_logprobs)
-        handle.usage.cached_tokens = keep
-        job = Job(request, handle, slot, [], prefill_at=keep)
+        prompt = request.prompt_tokens
+        slot = self.kv.choose(free, prompt)
+        slot.busy = True
+        # Keep at least the last prompt token to evaluate: its logits give the first
+        # token. Prompt logprobs need every token evaluated.
+        limit = 0 if request.prompt_logprobs else len(prompt) - 1
+        source = self.kv.best_source(prompt, slot)
+        job = Job(request, handle, slot, [], prefill_at=0)
+        upcoming, shared = self.kv.upcoming_source(prompt)
+        if upcoming is not None and min(shared, limit) >= source.length + _MIN_SHARED_PREFIX:
+            job.wait_for = (upcoming, min(shared, limit))  # evaluate it once, then copy
+        else:
+            job.prefill_at = self.kv.fill(slot, prompt, source, limit=limit)
+            slot.target = list(prompt)  # later identical prompts may wait for this one
+        handle.usage.cached_tokens = job.prefill_at
         self._jobs.append(job)
         base_seed = resolve_seed(request.sampling.seed)
+        # Siblings take free slots (least recently used last, for pop) only while nobody
+        # else waits for one.
+        spare = [] if others_waiting else sorted(
+            (s for s in free if s is not slot), key=lambda s: (bool(s.cached), s.last_used),
+            reverse=True)
         try:
             for i in range(request.n):
-                sampler = SamplerChain(
-                    request.sampling,
-                    self.vocab,
-                    n_ctx=self.model.n_ctx,
-                    seed=choice_seed(base_seed, i),
-                )
-                seq_id = slot.seq_id if i == 0 else self.kv.borrow()
+                sampler = SamplerChain(request.sampling, self.vocab, n_ctx=self.model.n_ctx_seq,
+                                       seed=choice_seed(base_seed, i))
                 stream = TextStream(request.stop, include_stop=request.include_stop)
-                job.choices.append(Choice(i, seq_id, sampler, stream))
-                sampler.prime(request.prompt_tokens)
+                choice = Choice(i, sampler, stream)
+                job.choices.append(choice)
+                sampler.prime(prompt)
+                if i == 0:
+                    choice.slot = slot
+                elif spare:
+                    choice.slot = spare.pop()
+                    choice.slot.busy = True
         except GrammarError as exc:
             self._abort(job, EngineError(str(exc), status=400, code="invalid_grammar"))
         except Exception:
             log.exception("could not start a request")
             self._abort(job, EngineError("internal engine error", status=500))
 
+    def _resolve_waits(self) -> None:
+        """Jobs waiting for a shared prefix copy it once their source has evaluated it
+        (or evaluate it themselves if the source went away)."""
+        for job in self._jobs:
+            if job.wait_for is None:
+                continue
+            source, length = job.wait_for
+            prompt = job.request.prompt_tokens
+            if not self.kv.can_copy_from(source):
+                continue  # its own copy lands with the next decode
+            if common_prefix(source.cached, prompt) >= length:
+                found = PrefixSource(length, slot=source)
+            elif source.target[:length] == prompt[:length]:
+                continue  # still evaluating it
+            else:
+                found = self.kv.best_source(prompt, job.slot)
+            job.wait_for = None
+            limit = 0 if job.request.prompt_logprobs else len(prompt) - 1
+            job.prefill_at = self.kv.fill(job.slot, prompt, found, limit=limit)
+            job.handle.usage.cached_tokens = job.prefill_at
+            job.slot.target = list(prompt)
+
+    def _seat_pending_choices(self) -> None:
+        """Choices beyond the free slots start on their request's own sequences as its
+        earlier choices finish, or on slots nobody else waits for."""
+        for job in self._jobs:
+            pending = job.pending_choices()
+            if not pending or job.prefilling or job.wait_for is not None:
+                continue
+            prompt = job.request.prompt_tokens
+            done_slots = [s for s in job.slots
+                          if not any(c.slot is s and not c.finished for c in job.choices)]
+            if not len(self._waiting):
+                done_slots += self.kv.free_slots()[: max(0, len(pending) - len(done_slots))]
+            for slot, choice in zip(done_slots, pending, strict=False):
+                slot.busy = True
+                if common_prefix(slot.cached, prompt) < len(prompt) - 1:
+                    self.kv.copy_prefix(job.slot, slot, len(prompt) - 1)
+                else:
+                    self.model.seq_remove(slot.seq_id, len(prompt) - 1, -1)
+                    del slot.cached[len(prompt) - 1 :]
+                choice.slot = slot
+                choice.position = len(prompt) - 1
+                choice.first_from = prompt[-1]
+
     def _release(self, job: Job) -> None:
         for choice in job.choices:
             choice.sampler.close()
-            if choice.seq_id != job.slot.seq_id:
-                self.kv.give_back(choice.seq_id)
-        self.kv.release(job.slot)
+        for slot in job.slots:
+            self.kv.release(slot)
         self._jobs.remove(job)
 
     def _abort(self, job: Job, last_item: object) -> None:
         """Ends a job now with `last_item` (an error, or DONE after finished choices)."""
         job.outbox.append(last_item)
-        self.kv.forget(job.slot)  # its KV may be half-written: forget it, never trust it
+        for slot in job.slots:
+            self.kv.forget(slot)  # its KV may be half-written: forget it, never trust it
         self._release(job)
         job.handle.post(job.outbox)
         job.outbox = []
 
     def _drop_cancelled(self) -> None:
         # The handle already told its caller (RequestHandle.cancel); free the sequences.
+        # What a cancelled prompt evaluated stays usable as a cached prefix.
         for job in [j for j in self._jobs if j.handle.cancelled]:
             job.outbox.clear()
-            # A cancelled prompt may be half evaluated; what was evaluated stays usable.
             self._release(job)
-
-    # --- KV pressure --------------------------------------------------------------------
-
-    def _preempt(self, job: Job) -> None:
-        log.info("KV cache full: preempting a request to recompute it later")
-        self.kv.forget(job.slot)
-        for choice in job.choices:
-            if choice.seq_id != job.slot.seq_id:
-                self.model.seq_remove(choice.seq_id)
-        job.preempt()
-
-    def _resume_preempted(self) -> None:
-        for job in self._jobs:
-            if not job.preempted:
-                continue
-            others = [j for j in self._jobs if not j.preempted]
-            room = self.model.n_ctx - self._kv_in_use()  # idle caches are evicted on demand
-            # Headroom: each choice will grow while others do.
-            if others and job.recompute_cells + 16 * len(job.choices) > room:
-                return  # oldest first: later preempted jobs wait behind it
-            job.preempted = False
-
-    def _on_decode_failure(self, status: int, active: list[Job]) -> None:
-        if status == 1 and len(active) > 1:
-            # The cache is full with several requests growing: the newest makes room.
-            self._preempt(active[-1])
-            return
-        if status == 1:
-            # One request alone fills the cache (only possible when the cache is
-            # fragmented): end it with what it has, never throw the text away.
-            job = active[0]
-            if job.prefilling or job.resuming:
-                self._abort(job, EngineError("the KV cache is full; retry shortly"))
-                return
-            for choice in job.choices:
-                if not choice.finished:
-                    job.finish_choice(choice, "length", [])
-            self._finish_done_jobs()
-            return
-        for job in list(self._jobs):
-            self._abort(job, EngineError(f"llama_decode failed ({status})"))

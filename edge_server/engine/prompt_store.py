@@ -1,0 +1,182 @@
+"""Prompt caches beyond the KV cache: prefixes spilled to host RAM, and to disk when the
+model unloads or the server stops, so a known system prompt is not evaluated again.
+
+An entry is a token list and llama.cpp's serialised KV of exactly those tokens
+(`llama_state_seq_get_data`). Entries are only ever looked up by tokens, so the chat
+template is part of the key through the tokens it rendered; the model, the llama.cpp
+build and the KV layout are part of the directory's key. Files carry a checksum: a
+corrupt, truncated or foreign file is skipped (and removed), never loaded into C.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+_MAGIC = b"EDGEKV1\n"
+_FORMAT = 1
+
+
+@dataclass
+class StoredPrefix:
+    tokens: list[int]
+    data: bytes
+    last_used: float = field(default_factory=time.monotonic)
+    on_disk: bool = False  # already written (loaded from, or saved to, the directory)
+
+
+class PromptStore:
+    """A bounded LRU of saved prefixes in host RAM."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: list[StoredPrefix] = []
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(len(e.data) for e in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[StoredPrefix]:
+        return list(self._entries)
+
+    def covers(self, tokens: list[int]) -> bool:
+        """True if some entry already holds these tokens (or a longer run of them)."""
+        return any(
+            len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens
+            for e in self._entries
+        )
+
+    def put(self, entry: StoredPrefix) -> None:
+        if len(entry.data) > self.max_bytes:
+            return
+        # An entry that extends an older one makes the older one redundant.
+        self._entries = [
+            e for e in self._entries
+            if not (len(e.tokens) <= len(entry.tokens)
+                    and entry.tokens[: len(e.tokens)] == e.tokens)
+        ]
+        self._entries.append(entry)
+        while self.used_bytes > self.max_bytes:
+            self._entries.remove(min(self._entries, key=lambda e: e.last_used))
+
+    def best(self, prompt: list[int]) -> tuple[StoredPrefix | None, int]:
+        """The entry sharing the longest prefix with `prompt`, and that length."""
+        best: StoredPrefix | None = None
+        length = 0
+        for entry in self._entries:
+            n = common_prefix(entry.tokens, prompt)
+            if n > length:
+                best, length = entry, n
+        return best, length
+
+
+# --- on disk ---------------------------------------------------------------------------------
+
+
+def _file_name(tokens: list[int]) -> str:
+    digest = hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()[:32]
+    return f"{digest}.kv"
+
+
+def save_entries(directory: Path, key: str, entries: list[StoredPrefix], max_bytes: int) -> int:
+    """Writes entries (newest first, within max_bytes) to directory; returns how many."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("prompt cache not saved: %s", exc)
+        return 0
+    written, total = 0, 0
+    keep: set[str] = set()
+    for entry in sorted(entries, key=lambda e: e.last_used, reverse=True):
+        total += len(entry.data)
+        if total > max_bytes:
+            break
+        name = _file_name(entry.tokens)
+        keep.add(name)
+        if entry.on_disk and (directory / name).is_file():
+            continue
+        header = json.dumps({
+            "format": _FORMAT, "key": key, "tokens": entry.tokens,
+            "sha256": hashlib.sha256(entry.data).hexdigest(), "size": len(entry.data),
+        }).encode()
+        tmp = directory / f".{name}.{os.getpid()}.tmp"
+        try:
+            with tmp.open("wb") as fh:
+                fh.write(_MAGIC + struct.pack("<I", len(header)) + header + entry.data)
+            tmp.replace(directory / name)
+            entry.on_disk = True
+            written += 1
+        except OSError as exc:
+            log.warning("prompt cache entry not saved: %s", exc)
+            tmp.unlink(missing_ok=True)
+    for stale in directory.glob("*.kv"):  # bounded: what was not kept goes
+        if stale.name not in keep:
+            stale.unlink(missing_ok=True)
+    return written
+
+
+def load_entries(directory: Path, key: str, max_bytes: int,
+                 max_tokens: int) -> list[StoredPrefix]:
+    """Entries saved for this key; anything unreadable or foreign is skipped and removed."""
+    if not directory.is_dir():
+        return []
+    files = sorted(directory.glob("*.kv"), key=lambda p: p.stat().st_mtime, reverse=True)
+    out: list[StoredPrefix] = []
+    total = 0
+    for path in files:
+        entry = _read(path, key, max_tokens)
+        if entry is None:
+            log.info("ignoring prompt cache file %s", path.name)
+            path.unlink(missing_ok=True)
+            continue
+        total += len(entry.data)
+        if total > max_bytes:
+            break
+        out.append(entry)
+    return out
+
+
+def _read(path: Path, key: str, max_tokens: int) -> StoredPrefix | None:
+    try:
+        raw = path.read_bytes()
+        if not raw.startswith(_MAGIC) or len(raw) < len(_MAGIC) + 4:
+            return None
+        (header_len,) = struct.unpack_from("<I", raw, len(_MAGIC))
+        start = len(_MAGIC) + 4
+        header = json.loads(raw[start : start + header_len])
+        data = raw[start + header_len :]
+        tokens = header["tokens"]
+        valid = (
+            header.get("format") == _FORMAT
+            and header.get("key") == key
+            and header.get("size") == len(data)
+            and hashlib.sha256(data).hexdigest() == header.get("sha256")
+            and isinstance(tokens, list)
+            and 0 < len(tokens) <= max_tokens
+            and all(isinstance(t, int) and t >= 0 for t in tokens)
+        )
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    if not valid:
+        return None
+    return StoredPrefix(tokens, data, last_used=path.stat().st_mtime - time.time()
+                        + time.monotonic(), on_disk=True)

