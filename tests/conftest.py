@@ -116,7 +116,8 @@ def stop_server(server: RunningServer) -> int:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
-        tmp_path_factory.mktemp("server"), "--parallel", "4", "--ctx-size", "4096"
+        # 4 slots of 4,096 tokens each: one request may use a 4,096-token context.
+        tmp_path_factory.mktemp("server"), "--parallel", "4", "--ctx-size", "16384"
     )
     yield running
     stop_server(running)

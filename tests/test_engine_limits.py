@@ -63,8 +63,8 @@ def test_many_choices_wait_for_sequences_instead_of_failing(http: httpx.Client) 
 
 
 def test_max_tokens_must_fit_one_sequence(http: httpx.Client) -> None:
-    """Each choice has a KV stream of its own: --ctx-size 4096 over 4 slots is 1,024."""
-    body = {"model": DEFAULT_MODEL, "prompt": "Hi", "n": 8, "max_tokens": 1500}
+    """Each choice has a KV stream of its own: --ctx-size 16384 over 4 slots is 4,096."""
+    body = {"model": DEFAULT_MODEL, "prompt": "Hi", "n": 8, "max_tokens": 5000}
     strict = http.post("/v1/completions",
                        json={**body, "context_length_exceeded_behavior": "error"})
     assert strict.status_code == 400
@@ -104,7 +104,8 @@ def test_stuck_step_makes_health_fail(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(path))
         sock.settimeout(60)
-        server = start_server(tmp_path, "--ctx-size", "4096", "--watchdog-seconds", "0.05",
+        server = start_server(tmp_path, "--ctx-size", "4096", "--parallel", "1",
+                              "--watchdog-seconds", "0.05",
                               name="watchdog", env={"NOTIFY_SOCKET": str(path),
                                                     "WATCHDOG_USEC": "1000000"})
         try:
