@@ -110,7 +110,8 @@ def test_metrics_parse_and_move(server: RunningServer) -> None:
     assert delta("edge_server_time_to_first_token_seconds_count", **model) == 1
     assert delta("edge_server_time_per_output_token_seconds_count", **model) == 1
     assert after[("edge_server_model_loaded", (("model", DEFAULT_MODEL),))] == 1
-    assert after[("edge_server_kv_cache_capacity_tokens", (("model", DEFAULT_MODEL),))] == 4096
+    # --ctx-size 16384 of the session server: all slots together
+    assert after[("edge_server_kv_cache_capacity_tokens", (("model", DEFAULT_MODEL),))] == 16384
     for gauge in ("edge_server_queue_depth", "edge_server_busy_sequences",
                   "edge_server_kv_cache_tokens", "edge_server_model_load_seconds"):
         assert (gauge, (("model", DEFAULT_MODEL),)) in after
