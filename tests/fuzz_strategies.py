@@ -22,7 +22,8 @@ MODEL = "smollm2-135m-instruct"
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 ENDPOINTS = (COMPLETIONS, CHAT)
-TIMEOUT_S = 10.0  # every answer, streams included, must be complete within this
+TIMEOUT_S = 20.0  # every answer, streams included, must be complete within this (the
+# longest legitimate answer, a 256-token slot generated on one thread, takes about 12 s)
 
 
 @dataclass(frozen=True)

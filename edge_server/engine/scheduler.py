@@ -374,17 +374,20 @@ class Scheduler:
 
     def _seat_pending_choices(self) -> None:
         """Choices beyond the free slots start on their request's own sequences as its
-        earlier choices finish, or on slots nobody else waits for."""
-        for job in self._jobs:
+        earlier choices finish, or on free slots nobody else waits for (shared fairly
+        among the requests that have choices waiting)."""
+        ready = [j for j in self._jobs
+                 if j.pending_choices() and not j.prefilling and j.wait_for is None]
+        free = [] if len(self._waiting) else self.kv.free_slots()
+        share = -(-len(free) // len(ready)) if ready else 0
+        for job in ready:
             pending = job.pending_choices()
-            if not pending or job.prefilling or job.wait_for is not None:
-                continue
             prompt = job.request.prompt_tokens
             done_slots = [s for s in job.slots
                           if not any(c.slot is s and not c.finished for c in job.choices)]
-            if not len(self._waiting):
-                done_slots += self.kv.free_slots()[: max(0, len(pending) - len(done_slots))]
-            for slot, choice in zip(done_slots, pending, strict=False):
+            extra = free[: max(0, min(share, len(pending) - len(done_slots)))]
+            free = free[len(extra):]
+            for slot, choice in zip(done_slots + extra, pending, strict=False):
                 slot.busy = True
                 if common_prefix(slot.cached, prompt) < len(prompt) - 1:
                     self.kv.copy_prefix(job.slot, slot, len(prompt) - 1)
