@@ -13,7 +13,12 @@ from __future__ import annotations
 
 
 class PatternProblem(ValueError):
-    """Why a pattern cannot be enforced (completes "the pattern …")."""
+    """Why a pattern cannot be enforced (completes "the pattern …"). `over_limit`: it is
+    past a size limit, which is refused even when the schema is not strict."""
+
+    def __init__(self, message: str, *, over_limit: bool = False) -> None:
+        super().__init__(message)
+        self.over_limit = over_limit
 
 
 Ranges = list[tuple[int, int]]

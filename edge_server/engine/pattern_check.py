@@ -44,7 +44,8 @@ def check_pattern(pattern: str) -> str:
     into a grammar of bounded size and ambiguity."""
     if len(pattern) > MAX_PATTERN_LENGTH:
         raise PatternProblem(
-            f"is {len(pattern)} characters long, over the limit of {MAX_PATTERN_LENGTH}"
+            f"is {len(pattern)} characters long, over the limit of {MAX_PATTERN_LENGTH}",
+            over_limit=True,
         )
     if not (pattern.startswith("^") and pattern.endswith("$")) or len(pattern) < 2:
         raise PatternProblem("must be anchored with ^ and $ to be enforced")
@@ -62,7 +63,8 @@ def check_pattern(pattern: str) -> str:
             group.commit()
             stack.append(_Group())
             if len(stack) > MAX_PATTERN_NESTING:
-                raise PatternProblem(f"nests groups over the limit of {MAX_PATTERN_NESTING}")
+                raise PatternProblem(f"nests groups over the limit of {MAX_PATTERN_NESTING}",
+                                     over_limit=True)
             i += 1
         elif c == ")":
             if len(stack) == 1:
@@ -120,7 +122,8 @@ def _counted(group: _Group, text: str) -> None:
     if len(parts) > 2 or malformed or parts == [""]:
         raise PatternProblem(f"has an invalid quantifier {text}")
     if any(len(p) > 9 for p in parts):
-        raise PatternProblem(f"repeats {text}, over the limit of {MAX_PATTERN_REPEAT}")
+        raise PatternProblem(f"repeats {text}, over the limit of {MAX_PATTERN_REPEAT}",
+                             over_limit=True)
     lo = int(parts[0]) if parts[0] else 0
     hi: int | None = lo if len(parts) == 1 else (int(parts[1]) if parts[1] else None)
     if hi is not None and hi < lo:
@@ -130,7 +133,8 @@ def _counted(group: _Group, text: str) -> None:
     product = max(lo, hi or 0, 1) * atom.product
     if product > MAX_PATTERN_REPEAT:
         nested = f" ({product} with the repetitions inside it)" if atom.product > 1 else ""
-        raise PatternProblem(f"repeats {text}{nested}, over the limit of {MAX_PATTERN_REPEAT}")
+        raise PatternProblem(f"repeats {text}{nested}, over the limit of {MAX_PATTERN_REPEAT}",
+                             over_limit=True)
     atom.product = product
     atom.nullable = lo == 0
 

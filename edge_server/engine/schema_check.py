@@ -260,16 +260,16 @@ class _Walk:
         try:
             s["pattern"] = check_pattern(s["pattern"])
         except PatternProblem as problem:
-            if self.strict:
+            if self.strict or problem.over_limit:
                 raise SchemaError(f"pattern at {path} {problem}") from None
             self.notes.append(f"pattern at {path} ignored: it {problem}")
             del s["pattern"]
 
     def _over(self, path: str, keyword: str, value: Any, limit: str, relaxed: str) -> None:
-        """A count past its limit: refused when strict, otherwise relaxed (and noted)."""
-        if self.strict:
-            raise SchemaError(f"{keyword} {value} at {path} is {limit}")
-        self.notes.append(f"{keyword} {value} at {path} {relaxed}")
+        """A count past its limit: always refused. The limits keep llama.cpp safe; a
+        schema silently changed to fit them would not be the schema the client sent."""
+        del relaxed
+        raise SchemaError(f"{keyword} {value} at {path} is {limit}")
 
 
 def _count(s: dict[str, Any], key: str, path: str) -> int | None:
