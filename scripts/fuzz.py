@@ -20,13 +20,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_strategies as fs  # noqa: E402
-from conftest import RunningServer, start_server, stop_server  # noqa: E402
+from conftest import RunningServer, loopback_url, start_server, stop_server  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 _DONE = object()
@@ -154,9 +153,7 @@ def main() -> int:
 
     server = None
     if args.base_url:
-        if urlsplit(args.base_url).hostname != "127.0.0.1":
-            parser.error("--base-url must point at 127.0.0.1")
-        base_url = args.base_url.rstrip("/")
+        base_url = loopback_url(args.base_url)
     else:
         extra = ["--threads", str(args.threads)]
         server = start_server(Path(tempfile.mkdtemp(prefix="fuzz-")), "--ctx-size",

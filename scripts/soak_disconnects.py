@@ -25,14 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import DEFAULT_MODEL, RunningServer, start_server  # noqa: E402
+from conftest import DEFAULT_MODEL, RunningServer, loopback_url, start_server  # noqa: E402
 
 SHORT_PROMPT = "Write a long story about a lighthouse keeper."
 LONG_PROMPT = "lorem ipsum dolor sit amet " * 200  # ~1,000 tokens: a noticeable prefill
@@ -219,9 +218,7 @@ def main() -> int:
     args = parser.parse_args()
     server = None
     if args.base_url:
-        if urlsplit(args.base_url).hostname != "127.0.0.1":
-            parser.error("--base-url must point at 127.0.0.1")
-        base_url = args.base_url.rstrip("/")
+        base_url = loopback_url(args.base_url)
     else:
         server = start(args.keep_alive, args.threads)
         base_url = server.base_url

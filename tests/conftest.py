@@ -143,3 +143,12 @@ def async_client(server: RunningServer):  # type: ignore[no-untyped-def]
     import openai
 
     return openai.AsyncOpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+
+
+def loopback_url(url: str) -> str:
+    """A campaign's --base-url: only a server on this machine may be sent its traffic."""
+    from urllib.parse import urlsplit
+
+    if urlsplit(url).hostname != "127.0.0.1":
+        raise SystemExit("--base-url must point at 127.0.0.1")
+    return url.rstrip("/")

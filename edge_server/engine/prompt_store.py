@@ -58,13 +58,6 @@ class PromptStore:
     def entries(self) -> list[StoredPrefix]:
         return list(self._entries)
 
-    def covers(self, tokens: list[int]) -> bool:
-        """True if some entry already holds these tokens (or a longer run of them)."""
-        return any(
-            len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens
-            for e in self._entries
-        )
-
     def put(self, entry: StoredPrefix) -> None:
         if len(entry.data) > self.max_bytes:
             return
