@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
-from .default_model import DefaultModelMissing
+from .default_model import DEFAULT_ALIAS, DefaultModelMissing
 from .model_store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
 
 log = logging.getLogger("edge_server")
@@ -50,6 +50,7 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
             scheduler=SchedulerSettings(
                 max_waiting=opts.max_queue,
                 max_wait_seconds=opts.queue_timeout,
+                adaptive_threads=opts.adaptive_threads == "on",
             ),
             chat_template=template.read_text(encoding="utf-8") if template else None,
             prompt_cache_dir=store.models_dir / "prompt-cache" if opts.prompt_cache_mb > 0
@@ -71,13 +72,26 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
 
     entries = list(store.entries)
     default_id = entries[0].id
-    if opts.model is not None and store.find(opts.model) is not None:
-        default_id = store.find(opts.model).id  # type: ignore[union-attr]
-    elif opts.model is not None:
-        path = Path(opts.model).expanduser()
+    # `--model default` names the embedded model, as the alias did before any --model.
+    wanted = None if opts.model == DEFAULT_ALIAS else opts.model
+    if wanted is not None and store.find(wanted) is not None:
+        default_id = store.find(wanted).id  # type: ignore[union-attr]
+    elif wanted is not None:
+        path = Path(wanted).expanduser()
+        if not path.is_file():
+            raise RegistryError(f"--model {wanted}: neither a registry model nor a file")
         name = path.name.removesuffix(".gguf")
         model_id = opts.model_id or name
-        entries.append(RegistryEntry(model_id, (name,) if model_id != name else (), path=path))
+
+        def taken(n: str) -> bool:
+            return n == DEFAULT_ALIAS or store.find(n) is not None
+
+        if taken(model_id):
+            raise RegistryError(f"`{model_id}` already names a registry model (or is "
+                                "reserved); choose another id with --model-id")
+        # The file name is a convenience alias, dropped where a registry model has it.
+        aliases = (name,) if model_id != name and not taken(name) else ()
+        entries.append(RegistryEntry(model_id, aliases, path=path))
         default_id = model_id
     # --chat-template-file overrides the template of the default model only.
     templates = {default_id: opts.chat_template_file}
@@ -104,7 +118,7 @@ def serve(opts: ServeOptions) -> int:
         print(f"edge-server: {default_spec.missing_reason}", file=sys.stderr)
         return 2
     metrics = Metrics()
-    pool = ModelPool(specs, memory_budget=opts.memory_budget_mb * 1024 * 1024,
+    pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
                      max_body_mb=opts.max_body_mb)

@@ -35,8 +35,9 @@ class ServeOptions:
     host: str = _opt("127.0.0.1", "address to listen on")
     port: int = _opt(8080, "port to listen on")
     model: str | None = _opt(
-        None, "GGUF file or registry model id served by default and loaded at start "
-        "(default: the embedded SmolLM2-135M-Instruct)")
+        None, "GGUF file or registry model id served by default and loaded at start: the "
+        "alias `default` names it and /v1/models lists it first (default: the embedded "
+        "SmolLM2-135M-Instruct)")
     model_id: str | None = _opt(None, "id clients pass as `model` for --model PATH "
                                 "(default: the file name without .gguf)")
     registry: Path | None = _opt(None, "model registry TOML (default: registry.toml in the "
@@ -47,6 +48,10 @@ class ServeOptions:
                          "one request's prompt plus completion fits ctx_size / parallel "
                          "(default: parallel x the model's training context, at most 2048)")
     threads: int = _opt(0, "CPU threads (default: all cores)")
+    adaptive_threads: str = _opt("on", "time decode steps on all --threads and on one fewer, "
+                                 "and use the faster per batch size (on a small machine a core "
+                                 "left to the HTTP layer can be faster); off: always --threads",
+                                 choices=["on", "off"])
     parallel: int = _opt(8, "requests decoded together in one batch, per model")
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
     queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")

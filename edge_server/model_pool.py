@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .default_model import DEFAULT_ALIAS
 from .engine import Engine, EngineSettings
 from .engine.scheduler import JobStats
 
@@ -60,6 +62,13 @@ class ModelSpec:
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
 
+    def created(self) -> int:
+        """The file's modification time (OpenAI's `created`), 0 when there is no file."""
+        try:
+            return int(self.path.stat().st_mtime) if self.path else 0
+        except OSError:  # deleted or unreadable since start: still listed, never a 500
+            return 0
+
     def estimated_bytes(self) -> int:
         """Weights plus a margin for the KV cache and buffers, before loading."""
         if self.path is None or not self.path.is_file():
@@ -102,17 +111,37 @@ class Lease:
             self._pool._release(self.model_id)
 
 
+def with_default(specs: list[ModelSpec], default: str | None) -> list[ModelSpec]:
+    """The specs with the default model (named by id or alias; None: the first) listed
+    first, answering to the `default` alias: clients that take the first listed model, or
+    ask for `default`, get the model the server was started to serve."""
+    if not specs:
+        return []
+    chosen = specs[0] if default is None else next(
+        (s for s in specs if default in s.names), None)
+    if chosen is None:
+        raise UnknownModel(default)
+    first = dataclasses.replace(chosen, aliases=(*chosen.aliases, DEFAULT_ALIAS))
+    return [first, *(s for s in specs if s is not chosen)]
+
+
 class ModelPool:
     def __init__(
         self,
         specs: list[ModelSpec],
         *,
+        default: str | None = None,
         memory_budget: int = 0,
         keep_alive: float = 300.0,
         on_job_done: Callable[[str, JobStats], None] | None = None,
     ) -> None:
-        self.specs = specs
-        self._by_name = {name: spec for spec in specs for name in spec.names}
+        """`default`: id or alias of the model served by default (None: the first spec)."""
+        self.specs = with_default(specs, default)
+        self._by_name: dict[str, ModelSpec] = {}
+        for spec in self.specs:
+            for name in spec.names:
+                if self._by_name.setdefault(name, spec) is not spec:
+                    raise ValueError(f"model name `{name}` is used twice")
         self.memory_budget = memory_budget or int(physical_memory() * 0.75)
         self.keep_alive = keep_alive
         self._on_job_done = on_job_done
@@ -129,6 +158,10 @@ class ModelPool:
         if spec is None:
             raise UnknownModel(name)
         return spec
+
+    @property
+    def default_id(self) -> str | None:
+        return self.specs[0].id if self.specs else None
 
     def is_loaded(self, model_id: str) -> bool:
         return model_id in self._loaded
@@ -210,7 +243,8 @@ class ModelPool:
             await self._unload(victim)
 
     def _used_bytes(self) -> int:
-        return sum(x.bytes for x in self._loaded.values())
+        # An embedding context, made by the model's first embeddings request, counts too.
+        return sum(x.bytes + x.engine.embedding_bytes for x in self._loaded.values())
 
     async def _unload(self, model_id: str) -> None:
         loaded = self._loaded.pop(model_id, None)
@@ -248,7 +282,7 @@ class ModelPool:
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {
-            mid: {**x.engine.scheduler.stats(), "leases": x.leases}
+            mid: {**x.engine.stats(), "leases": x.leases}
             for mid, x in self._loaded.items()
         }
 
@@ -256,7 +290,7 @@ class ModelPool:
         """Models whose engine step has run longer than `limit` seconds (watchdog)."""
         return [
             mid for mid, x in self._loaded.items()
-            if x.engine.scheduler.stalled_for() > limit
+            if x.engine.stalled_for() > limit
         ]
 
     def close(self) -> None:

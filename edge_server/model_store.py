@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_ID, default_model_path
+from .default_model import (
+    DEFAULT_ALIAS,
+    DEFAULT_MODEL_ALIASES,
+    DEFAULT_MODEL_ID,
+    default_model_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +93,12 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
             raise RegistryError(f"{where}: needs an id")
         if raw.get("embedded"):
             continue  # the embedded model is always present
+        aliases = raw.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise RegistryError(f"{where}: aliases must be a list of strings")
+        if DEFAULT_ALIAS in (str(raw["id"]), *aliases):
+            raise RegistryError(f"{where}: `{DEFAULT_ALIAS}` is reserved for the model the "
+                                "server serves by default (serve --model)")
         if bool(raw.get("path")) == bool(raw.get("repo")):
             raise RegistryError(f"{where}: give either path or repo + file")
         if raw.get("repo") and not raw.get("file"):
@@ -98,7 +109,7 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
         template = raw.get("chat_template_file")
         entries.append(RegistryEntry(
             id=str(raw["id"]),
-            aliases=tuple(raw.get("aliases", ())),
+            aliases=tuple(aliases),
             path=Path(raw["path"]).expanduser() if raw.get("path") else None,
             repo=raw.get("repo"),
             file=raw.get("file"),

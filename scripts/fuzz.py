@@ -5,7 +5,7 @@ for many more requests, with figures at the end.
     .venv/bin/python scripts/fuzz.py --base-url http://127.0.0.1:8080 --time-limit 600
 
 Traffic goes to 127.0.0.1 only. Exits 1 when any answer was a failure (see `judge` in
-tests/fuzz_strategies.py) or the server is not serving at the end; failing bodies are
+tests/fuzz_judge.py) or the server is not serving at the end; failing bodies are
 printed (truncated) and, with --save-dir, written whole for replay with
 `curl --data-binary @FILE -H 'Content-Type: application/json' URL`.
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+import fuzz_judge as fj  # noqa: E402
 import fuzz_strategies as fs  # noqa: E402
 from conftest import RunningServer, loopback_url, start_server, stop_server  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
@@ -42,7 +43,7 @@ class Campaign:
         self.sent: collections.Counter[str] = collections.Counter()
         self.statuses: collections.Counter[str] = collections.Counter()
         self.kinds: collections.Counter[str] = collections.Counter()
-        self.failures: list[fs.Result] = []
+        self.failures: list[fj.Result] = []
         self.slowest = 0.0
         self.stop = threading.Event()
         self.started = time.monotonic()
@@ -71,14 +72,14 @@ class Campaign:
                 self.work.put(_DONE)
 
     def send_all(self) -> None:
-        with fs.new_client(self.base_url) as client:
+        with fj.new_client(self.base_url) as client:
             while (case := self.work.get()) is not _DONE:
                 assert isinstance(case, fs.Case)
                 if self.stop.is_set() and self.server_dead():
                     continue
-                self.record(fs.exchange(client, case))
+                self.record(fj.exchange(client, case))
 
-    def record(self, result: fs.Result) -> None:
+    def record(self, result: fj.Result) -> None:
         with self.lock:
             self.sent[result.case.path] += 1
             self.kinds[result.case.kind] += 1
@@ -109,7 +110,7 @@ class Campaign:
             worker.join()
 
     def report(self) -> int:
-        problem = fs.server_problem(self.base_url)
+        problem = fj.server_problem(self.base_url)
         by_reason = collections.Counter(r.failure for r in self.failures)
         fivexx = sum(n for s, n in self.statuses.items() if s.isdigit() and int(s) >= 500)
         print(f"\nrequests: {sum(self.sent.values())} in {time.monotonic() - self.started:.0f}s"

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import httpx
 from hypothesis import strategies as st
 
 MODEL = "smollm2-135m-instruct"
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
-ENDPOINTS = (COMPLETIONS, CHAT)
+RESPONSES = "/v1/responses"
+MESSAGES = "/v1/messages"
+ENDPOINTS = (COMPLETIONS, CHAT, RESPONSES, MESSAGES)
 TIMEOUT_S = 20.0  # every answer, streams included, must be complete within this (the
 # longest legitimate answer, a 256-token slot generated on one thread, takes about 12 s)
 
@@ -259,6 +259,65 @@ CHAT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
                      "enable_thinking"], BOOLEAN),
     "top_logprobs": st.integers(0, 20), "tools": tools, "tool_choice": tool_choices,
     "response_format": response_formats}
+input_parts = st.fixed_dictionaries(
+    {"type": st.sampled_from(["input_text", "output_text", "input_image", "input_file", "x"])},
+    optional={"text": small_text, "image_url": small_text})
+input_items = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer", "assistant",
+                                                    "tool"]),
+                           "content": st.one_of(small_text, st.lists(input_parts, max_size=3))},
+                          optional={"type": st.just("message")}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": small_text,
+                           "name": function_names, "arguments": small_text}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": small_text,
+                           "output": st.one_of(small_text, st.lists(input_parts, max_size=2))}),
+    st.fixed_dictionaries({"type": st.sampled_from(["reasoning", "item_reference", "x"])}))
+response_tools = st.lists(st.fixed_dictionaries(
+    {"type": st.sampled_from(["function", "function", "web_search"]), "name": function_names},
+    optional={"description": small_text, "parameters": schemas, "strict": st.booleans()}),
+    min_size=1, max_size=3)
+text_formats = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object"])}),
+    st.fixed_dictionaries({"type": st.just("json_schema"), "name": st.just("out"),
+                           "schema": schemas}, optional={"strict": st.booleans()}))
+RESPONSES_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    **dict.fromkeys(["stream", "parallel_tool_calls", "store"], BOOLEAN),
+    "temperature": st.floats(0, 2), "top_p": st.floats(0.01, 1), "user": small_text,
+    "instructions": small_text, "tools": response_tools,
+    "tool_choice": st.one_of(st.sampled_from(["none", "auto", "required"]),
+                             st.fixed_dictionaries({"type": st.just("function"),
+                                                    "name": function_names})),
+    "text": st.fixed_dictionaries({"format": text_formats}),
+    "metadata": st.dictionaries(small_text, small_text, max_size=3),
+    "reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["none", "low", "high"])}),
+    "include": st.lists(small_text, max_size=2), "previous_response_id": small_text}
+anthropic_blocks = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "image", "tool_use", "tool_result", "thinking", "x"])},
+    optional={"text": small_text, "id": small_text, "name": function_names,
+              "input": st.just({"a": 1}), "tool_use_id": small_text, "content": small_text,
+              "is_error": BOOLEAN, "cache_control": st.just({"type": "ephemeral"})})
+anthropic_messages = st.lists(st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system"]),
+     "content": st.one_of(small_text, st.lists(anthropic_blocks, max_size=3))}),
+    min_size=1, max_size=4)
+MESSAGES_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "stream": BOOLEAN, "temperature": st.floats(0, 1), "top_p": st.floats(0.01, 1),
+    "top_k": st.integers(1, 100), "stop_sequences": st.lists(small_text, max_size=5),
+    "system": st.one_of(small_text, st.lists(st.fixed_dictionaries(
+        {"type": st.just("text"), "text": small_text}), max_size=2)),
+    "tools": st.lists(st.fixed_dictionaries(
+        {"name": function_names, "input_schema": schemas},
+        optional={"description": small_text, "type": st.sampled_from(["custom", "bash_1"])}),
+        min_size=1, max_size=3),
+    "tool_choice": st.fixed_dictionaries(
+        {"type": st.sampled_from(["auto", "any", "tool", "none", "x"])},
+        optional={"name": function_names, "disable_parallel_tool_use": BOOLEAN}),
+    "thinking": st.fixed_dictionaries(
+        {"type": st.sampled_from(["enabled", "adaptive", "disabled"])},
+        optional={"budget_tokens": st.integers(0, 5000)}),
+    "metadata": st.fixed_dictionaries({}, optional={"user_id": small_text}),
+    "output_config": st.fixed_dictionaries({"format": st.fixed_dictionaries(
+        {"type": st.just("json_schema"), "schema": schemas})})}
 # Hostile values for particular fields; every field also gets `weird` ones.
 MUTANTS: dict[str, st.SearchStrategy[Any]] = {
     "model": st.one_of(st.just("default"), small_text),
@@ -279,16 +338,26 @@ MUTANTS: dict[str, st.SearchStrategy[Any]] = {
     "suffix": small_text,
     "images": st.lists(small_text, max_size=2),
     "max_completion_tokens": st.sampled_from([0, 5, *HUGE_INTS]),
+    "max_output_tokens": st.sampled_from([0, -1, 5, 1.5, *HUGE_INTS, *RAW_NUMBERS]),
+    "input": st.one_of(st.just([]), st.just(""), st.lists(st.fixed_dictionaries(
+        {"type": weird}, optional={"role": weird, "content": weird}), max_size=2)),
     "tool_choice": st.one_of(st.just("any"), st.fixed_dictionaries({"function": weird})),
 }
 
 
 @st.composite
 def _bodies(draw: st.DrawFn, path: str) -> dict[str, Any]:
-    fields = COMPLETION_FIELDS if path == COMPLETIONS else CHAT_FIELDS
+    fields = {COMPLETIONS: COMPLETION_FIELDS, CHAT: CHAT_FIELDS,
+              RESPONSES: RESPONSES_FIELDS, MESSAGES: MESSAGES_FIELDS}[path]
     body: dict[str, Any] = {"model": MODEL, "max_tokens": draw(st.integers(1, 4))}
     if path == COMPLETIONS:
         body["prompt"] = draw(prompts)
+    elif path == RESPONSES:
+        body["max_output_tokens"] = body.pop("max_tokens")
+        body["input"] = draw(st.one_of(small_text, st.lists(input_items, min_size=1,
+                                                             max_size=4)))
+    elif path == MESSAGES:
+        body["messages"] = draw(anthropic_messages)
     else:
         body["messages"] = draw(st.lists(message, min_size=1, max_size=4))
     for name in draw(st.lists(st.sampled_from(sorted(fields)), max_size=5, unique=True)):
@@ -360,119 +429,5 @@ def broken_json_cases(draw: st.DrawFn) -> Case:
 
 
 def all_cases() -> st.SearchStrategy[Case]:
-    return st.one_of(request_cases(COMPLETIONS), request_cases(CHAT), schema_cases(),
-                     broken_json_cases())
-
-
-# --- judging answers ---------------------------------------------------------------------
-
-ERROR_KEYS = {"message", "type", "param", "code"}
-
-
-@dataclass
-class Result:
-    case: Case
-    status: int | None  # None: no answer (timeout, dropped connection)
-    seconds: float
-    failure: str | None  # None: an answer the server may give
-    detail: str  # the start of the answer, or the transport error
-
-
-def _error_of(body: bytes) -> dict[str, Any] | str:
-    """The error object of an error answer, or what is wrong with its shape."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return "error answer is not JSON"
-    error = data.get("error") if isinstance(data, dict) else None
-    if not isinstance(error, dict) or set(error) != ERROR_KEYS:
-        return "error answer is not in the OpenAI shape"
-    if not isinstance(error["message"], str) or not error["message"]:
-        return "error message is not a non-empty string"
-    return error
-
-
-def _judge_stream(body: bytes) -> str | None:
-    events = [line[6:] for line in body.decode("utf-8", "replace").splitlines()
-              if line.startswith("data: ")]
-    if not events or events[-1] != "[DONE]":
-        return "stream did not end with [DONE]"
-    for event in events[:-1]:
-        try:
-            data = json.loads(event)
-        except ValueError:
-            return "stream event is not JSON"
-        error = data.get("error") if isinstance(data, dict) else None
-        if isinstance(error, dict) and error.get("type") == "server_error":
-            return "server error inside the stream"
-    return None
-
-
-def judge(status: int, content_type: str, body: bytes) -> str | None:
-    """None when the server may answer so; otherwise what is wrong. Statuses below 500,
-    and 503 for overload or a model that cannot be loaded now, are answers; every other
-    5xx is a failure, and so is any answer that is not what its status promises."""
-    if b"Traceback (most recent call last)" in body:
-        return "traceback in the answer"
-    if status == 200:
-        if content_type.startswith("text/event-stream"):
-            return _judge_stream(body)
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return "200 answer is not JSON"
-        ok = isinstance(data, dict) and isinstance(data.get("choices"), list)
-        return None if ok else "200 answer has no choices"
-    if not 400 <= status < 600:
-        return f"HTTP {status}"
-    error = _error_of(body)
-    if isinstance(error, str):
-        return f"HTTP {status}: {error}"
-    overload = error["type"] == "server_overloaded" or error["code"] == "model_unavailable"
-    if status >= 500 and not (status == 503 and overload):
-        return f"HTTP {status}"
-    return None
-
-
-def exchange(client: httpx.Client, case: Case, timeout: float = TIMEOUT_S) -> Result:
-    """Sends one case and reads the whole answer, streams included, within `timeout`."""
-    started = time.monotonic()
-    headers = {"Content-Type": "application/json"}
-    try:
-        with client.stream("POST", case.path, content=case.body, headers=headers,
-                           timeout=timeout) as r:
-            parts = []
-            for chunk in r.iter_bytes():
-                parts.append(chunk)
-                if time.monotonic() - started > timeout:
-                    return Result(case, r.status_code, time.monotonic() - started, "timeout",
-                                  "answer still streaming")
-    except httpx.TimeoutException as exc:
-        return Result(case, None, time.monotonic() - started, "timeout", type(exc).__name__)
-    except httpx.TransportError as exc:
-        return Result(case, None, time.monotonic() - started, "dropped connection",
-                      f"{type(exc).__name__}: {exc}")
-    body = b"".join(parts)
-    failure = judge(r.status_code, r.headers.get("content-type", ""), body)
-    return Result(case, r.status_code, time.monotonic() - started, failure,
-                  body[:300].decode("utf-8", "replace"))
-
-
-def new_client(base_url: str) -> httpx.Client:
-    # No pooled connections: a connection the server closed while idle must never pass
-    # for one it dropped mid-request.
-    return httpx.Client(base_url=base_url, timeout=TIMEOUT_S,
-                        limits=httpx.Limits(max_keepalive_connections=0))
-
-
-def server_problem(base_url: str) -> str | None:
-    """None when /health answers 200 and a plain request is served; else what is wrong."""
-    try:
-        health = httpx.get(f"{base_url}/health", timeout=TIMEOUT_S)
-        if health.status_code != 200:
-            return f"/health answered {health.status_code}"
-        r = httpx.post(f"{base_url}{COMPLETIONS}", timeout=TIMEOUT_S * 3, json={
-            "model": MODEL, "prompt": "Hello", "max_tokens": 2})
-    except httpx.HTTPError as exc:
-        return f"no answer: {type(exc).__name__}: {exc}"
-    return None if r.status_code == 200 else f"a plain request got {r.status_code}"
+    return st.one_of(request_cases(COMPLETIONS), request_cases(CHAT), request_cases(RESPONSES),
+                     request_cases(MESSAGES), schema_cases(), broken_json_cases())

@@ -164,7 +164,7 @@ def test_prompt_longer_than_context_is_400(http) -> None:
 def test_unknown_route_is_404_json(http) -> None:
     r = http.get("/v1/nothing-here")
     assert r.status_code == 404
-    assert r.json()["error"]["type"] == "not_found_error"
+    assert r.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_unknown_fields_are_ignored(http) -> None:

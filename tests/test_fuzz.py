@@ -1,6 +1,6 @@
 """Fuzzing through the real server over HTTP: mutated requests to both endpoints, generated
 JSON schemas, broken JSON. Every answer must be one the server may give (a 2xx, a 4xx in
-the OpenAI error shape, or a 503/429 for overload; see `judge` in fuzz_strategies), come
+the OpenAI error shape, or a 503/429 for overload; see `judge` in fuzz_judge), come
 within the time limit on a connection that stays up, and the server must serve normally
 afterwards. scripts/fuzz.py runs the same generators for far longer."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import fuzz_judge as fj
 import fuzz_strategies as fs
 import httpx
 import pytest
@@ -42,12 +43,12 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
 
 @pytest.fixture(scope="module")
 def fuzz_client(fuzz_server: RunningServer) -> Iterator[httpx.Client]:
-    with fs.new_client(fuzz_server.base_url) as client:
+    with fj.new_client(fuzz_server.base_url) as client:
         yield client
 
 
 def check(server: RunningServer, client: httpx.Client, case: fs.Case) -> None:
-    result = fs.exchange(client, case)
+    result = fj.exchange(client, case)
     if result.failure is None:
         return
     code = server.process.poll()
@@ -70,6 +71,20 @@ def test_fuzz_chat(fuzz_server: RunningServer, fuzz_client: httpx.Client,
     check(fuzz_server, fuzz_client, case)
 
 
+@settings(fuzz_settings, max_examples=100)
+@given(case=fs.request_cases(fs.RESPONSES))
+def test_fuzz_responses(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                        case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=120)
+@given(case=fs.request_cases(fs.MESSAGES))
+def test_fuzz_messages(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                       case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
 @settings(fuzz_settings, max_examples=60)
 @given(case=fs.schema_cases())
 def test_fuzz_schemas(fuzz_server: RunningServer, fuzz_client: httpx.Client,
@@ -85,7 +100,7 @@ def test_fuzz_broken_json(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 
 
 def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:
-    assert fs.server_problem(fuzz_server.base_url) is None
+    assert fj.server_problem(fuzz_server.base_url) is None
     log = fuzz_server.log_text()
     if "Traceback" in log:
         pytest.fail("the server logged a traceback:\n" + log[log.index("Traceback"):][:3000],

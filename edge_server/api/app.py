@@ -15,9 +15,14 @@ from .auth import APIKeyAuth
 from .body import BodyLimit
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
+from .embeddings.api_router import routes as embedding_routes
 from .errors import EXCEPTION_HANDLERS, ErrorBoundary
+from .messages.api_router import routes as messages_routes
+from .messages.error_shape import AnthropicErrors
 from .metrics import Metrics, RequestCounter, metrics_route
 from .models_router import routes as model_routes
+from .openapi import openapi_route
+from .responses.api_router import routes as response_routes
 from .tokenize_router import routes as tokenize_routes
 
 log = logging.getLogger(__name__)
@@ -63,6 +68,7 @@ def create_app(
     # keeps the connection usable, then refuse oversized bodies before anything reads them.
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
+        Middleware(AnthropicErrors),  # every error on /v1/messages* in Anthropic's shape
         Middleware(ErrorBoundary),
         Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
     ]
@@ -70,8 +76,9 @@ def create_app(
         middleware.append(Middleware(APIKeyAuth, keys=api_keys))
     metrics.watch_pool(pool)
     app = Starlette(
-        routes=[*completion_routes, *chat_routes, *model_routes, *tokenize_routes,
-                metrics_route(metrics)],
+        routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
+                *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
+                openapi_route(secured=bool(api_keys))],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         middleware=middleware,
         lifespan=lifespan,

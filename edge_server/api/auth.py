@@ -1,4 +1,5 @@
-"""API keys: `Authorization: Bearer KEY` checked in constant time; /health stays open."""
+"""API keys: `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`) checked in
+constant time; /health stays open."""
 
 from __future__ import annotations
 
@@ -27,12 +28,17 @@ class APIKeyAuth:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = dict(scope.get("headers", [])).get(b"authorization", b"")
+        headers = dict(scope.get("headers", []))
+        header = headers.get(b"authorization", b"")
         scheme, _, token = header.partition(b" ")
         if scheme.lower() == b"bearer" and token and self._accepted(token.strip()):
             await self.app(scope, receive, send)
             return
-        message = ("Missing API key: send `Authorization: Bearer <key>`." if not header
+        api_key = headers.get(b"x-api-key", b"").strip()
+        if api_key and self._accepted(api_key):
+            await self.app(scope, receive, send)
+            return
+        message = ("Missing API key: send `Authorization: Bearer <key>`." if not (header or api_key)
                    else "Incorrect API key provided.")
         error = APIError(401, message, code="invalid_api_key",
                          headers={"WWW-Authenticate": "Bearer"})

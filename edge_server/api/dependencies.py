@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from ..engine import Engine
 from ..model_pool import Lease, ModelPool, ModelUnavailable, UnknownModel
 from .body import parse_json_object
-from .errors import APIError, from_validation_error
+from .errors import APIError, from_validation_error, model_not_found
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,7 @@ async def acquire(request: Request, model: str) -> Lease:
     try:
         return await pool(request).acquire(model)
     except UnknownModel as exc:
-        raise APIError(
-            404,
-            f"The model `{model}` does not exist on this server.",
-            type="not_found_error",
-            param="model",
-            code="model_not_found",
-        ) from exc
+        raise model_not_found(model) from exc
     except ModelUnavailable as exc:
         raise APIError(
             503, str(exc), type="server_error", code="model_unavailable",

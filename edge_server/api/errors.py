@@ -9,15 +9,29 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..engine import EngineError, EngineOverloaded
 
 log = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error body; also the schema /openapi.json gives for error answers."""
+
+    error: ErrorDetail
 
 
 class APIError(Exception):
@@ -40,6 +54,8 @@ class APIError(Exception):
         self.headers = headers
 
     def body(self) -> dict[str, Any]:
+        # A plain dict: making an error answer must never raise (ErrorResponse is the
+        # schema of this shape, checked against real answers by the tests).
         return {
             "error": {
                 "message": self.message,
@@ -59,6 +75,12 @@ def invalid(param: str | None, message: str, code: str | None = "invalid_value")
 
 def unsupported(param: str, why: str = "is not supported by this server") -> APIError:
     return APIError(400, f"`{param}` {why}", param=param, code="unsupported_parameter")
+
+
+def model_not_found(name: str) -> APIError:
+    # OpenAI's answer for an unknown model: 404, invalid_request_error, model_not_found.
+    return APIError(404, f"The model `{name[:256]}` does not exist on this server.",
+                    param="model", code="model_not_found")
 
 
 def from_engine_error(exc: EngineError) -> APIError:
@@ -105,11 +127,55 @@ async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     return exc.response()
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def served_routes(routes: list[BaseRoute]) -> list[tuple[str, str]]:
+    """(method, path template) of every route, in the order they are registered; HEAD
+    goes without saying where GET is served."""
+    return [
+        (method, route.path_format)
+        for route in routes if isinstance(route, Route)
+        for method in sorted(route.methods or ()) if method != "HEAD"
+    ]
+
+
+def _shown(path: str) -> str:
+    # The path is the client's own text; cut so a huge one does not bloat the answer.
+    return path if len(path) <= 200 else path[:200] + "…"
+
+
+def _unknown_route(request: Request) -> APIError:
+    served = ", ".join(f"{m} {p}" for m, p in served_routes(request.app.routes))
+    return APIError(
+        404,
+        f"Unknown route {request.method} {_shown(request.url.path)}. This server serves: "
+        f"{served} (see /openapi.json).",
+        code="unknown_url",
+    )
+
+
+def _wrong_method(request: Request) -> APIError:
+    path = request.url.path
+    allowed = sorted({
+        method for route in request.app.routes
+        if isinstance(route, Route) and route.path_regex.match(path)
+        for method in route.methods or ()
+    })
+    shown = " or ".join(m for m in allowed if m != "HEAD")
+    return APIError(
+        405,
+        f"Method {request.method} is not allowed on {_shown(path)}; it answers {shown}.",
+        code="method_not_allowed",
+        headers={"Allow": ", ".join(allowed)},
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    message = "not found" if exc.status_code == 404 else str(exc.detail)
-    return APIError(exc.status_code, message, type=kind, code=str(exc.status_code)).response()
+    if exc.status_code == 404:
+        return _unknown_route(request).response()
+    if exc.status_code == 405:
+        return _wrong_method(request).response()
+    return APIError(exc.status_code, str(exc.detail), code=str(exc.status_code),
+                    headers=exc.headers).response()
 
 
 def _internal_error() -> APIError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
@@ -87,6 +87,7 @@ class _PoolCollector:
             for key, gauge in gauges.items():
                 gauge.add_metric([model_id], stats[key])
         yield from gauges.values()
+        yield from self._embedding_counters()
         loaded = GaugeMetricFamily("edge_server_model_loaded", "1 if the model is loaded",
                                    labels=["model"])
         load_time = GaugeMetricFamily("edge_server_model_load_seconds",
@@ -97,6 +98,26 @@ class _PoolCollector:
                 load_time.add_metric([spec.id], self.pool.load_seconds[spec.id])
         yield loaded
         yield load_time
+
+    def _embedding_counters(self) -> Iterator[CounterMetricFamily]:
+        """Kept by each model's embedding worker: batches against requests shows how
+        often concurrent requests shared a llama_decode."""
+        counters = {key: CounterMetricFamily(f"edge_server_{key}", text, labels=["model"])
+                    for key, text in _EMBEDDING_COUNTERS.items()}
+        for model_id, stats in self.pool.stats().items():
+            for key, counter in counters.items():
+                if key in stats:  # only once the model served embeddings
+                    counter.add_metric([model_id], stats[key])
+        yield from counters.values()
+
+
+_EMBEDDING_COUNTERS = {
+    "embedding_requests": "embeddings requests queued",
+    "embedding_inputs": "inputs embedded",
+    "embedding_tokens": "tokens embedded",
+    "embedding_batches": "llama_decode calls of the embedding worker",
+    "embedding_shared_batches": "embedding batches holding inputs of several requests",
+}
 
 
 class RequestCounter:
@@ -112,7 +133,8 @@ class RequestCounter:
             return
         path = scope.get("path", "")
         # Unknown paths share one label, so clients cannot blow up the label set.
-        endpoint = path if path in _KNOWN_PATHS else "other"
+        endpoint = (path if path in _KNOWN_PATHS
+                    else "/v1/models/{model}" if path.startswith("/v1/models/") else "other")
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -122,8 +144,8 @@ class RequestCounter:
         await self.app(scope, receive, counting_send)
 
 
-_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-                "/tokenize", "/detokenize"}
+_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models",
+                "/health", "/metrics", "/tokenize", "/detokenize", "/openapi.json"}
 
 
 def metrics_route(metrics: Metrics) -> Route:

@@ -1,29 +1,72 @@
-"""GET /v1/models and GET /health."""
+"""GET /v1/models, GET /v1/models/{model} and GET /health."""
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..model_pool import ModelPool, ModelSpec, UnknownModel
 from .dependencies import pool
+from .errors import model_not_found
+
+
+class ModelCard(BaseModel):
+    """OpenAI's model object, plus the names it answers to and whether it is loaded."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "edge_server"
+    aliases: list[str]
+    status: Literal["loaded", "available", "not_downloaded"]
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok", "loading", "error", "stalled"]
+    default_model: str | None = None
+    models: dict[str, dict[str, int]] | None = None
+    stalled_models: list[str] | None = None
+    error: str | None = None
+
+
+def _card(models: ModelPool, spec: ModelSpec) -> ModelCard:
+    status = ("loaded" if models.is_loaded(spec.id)
+              else "available" if spec.path else "not_downloaded")
+    return ModelCard(id=spec.id, created=spec.created(), aliases=list(spec.aliases),
+                     status=status)
+
+
+def _json(body: BaseModel, status: int = 200) -> JSONResponse:
+    return JSONResponse(body.model_dump(exclude_none=True), status)
 
 
 async def list_models(request: Request) -> JSONResponse:
+    """The default model first: clients that take `data[0]` get the one served by default."""
     models = pool(request)
-    data = [
-        {
-            "id": spec.id,
-            "object": "model",
-            "created": int(spec.path.stat().st_mtime) if spec.path else 0,
-            "owned_by": "edge_server",
-            "aliases": list(spec.aliases),
-            "status": "loaded" if models.is_loaded(spec.id)
-            else ("available" if spec.path else "not_downloaded"),
-        }
-        for spec in models.specs
-    ]
-    return JSONResponse({"object": "list", "data": data})
+    return _json(ModelList(data=[_card(models, spec) for spec in models.specs]))
+
+
+async def retrieve_model(request: Request) -> JSONResponse:
+    """One model by its id or any alias; the answer carries its id (as OpenAI resolves
+    an alias to the model's own name)."""
+    name: str = request.path_params["model"]
+    if not name:  # `/v1/models/`: a client whose base URL ends in a slash
+        return await list_models(request)
+    models = pool(request)
+    try:
+        spec = models.spec(name)
+    except UnknownModel as exc:
+        raise model_not_found(name) from exc
+    return _json(_card(models, spec))
 
 
 async def health(request: Request) -> JSONResponse:
@@ -31,19 +74,22 @@ async def health(request: Request) -> JSONResponse:
     models = pool(request)
     state = request.app.state
     if state.startup_error:
-        return JSONResponse({"status": "error", "error": "the default model failed to load"},
-                            503)
+        return _json(HealthResponse(status="error", error="the default model failed to load"),
+                     503)
     if not state.ready:
-        return JSONResponse({"status": "loading"}, 503)
+        return _json(HealthResponse(status="loading", default_model=models.default_id), 503)
     stalled = models.stalled(getattr(state, "watchdog_seconds", 30.0))
     if stalled:
         # An engine step that runs this long is stuck in C: say so, so that a service
         # manager or load balancer stops sending work and restarts us.
-        return JSONResponse({"status": "stalled", "stalled_models": stalled}, 503)
-    return JSONResponse({"status": "ok", "models": models.stats()})
+        return _json(HealthResponse(status="stalled", stalled_models=stalled), 503)
+    return _json(HealthResponse(status="ok", default_model=models.default_id,
+                                models=models.stats()))
 
 
 routes = [
     Route("/v1/models", list_models, methods=["GET"]),
+    # `path`: registry ids may hold a slash (Hugging Face style), sent unescaped by clients.
+    Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
 ]

@@ -5,15 +5,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp as lc
 
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
+from .embedder import Embedder, EmbeddingPlan, EmbeddingSettings, plan_embeddings
 from .llama_model import ContextSettings, LlamaModel, Vocab
 from .prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
-from .request import GenerationRequest, RequestHandle
+from .request import EngineError, GenerationRequest, RequestHandle
 from .scheduler import Scheduler, SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -26,6 +28,7 @@ class EngineSettings:
     chat_template: str | None = None  # overrides the GGUF file's template
     prompt_cache_dir: Path | None = None  # where prompt caches outlive the process
     prompt_cache_mb: int = 256  # host RAM (and disk) for prefixes evicted from the KV cache
+    embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
 
 
 def control_token_texts(vocab: Vocab) -> list[str]:
@@ -46,6 +49,10 @@ class Engine:
         self.model_id = model_id
         self.path = path
         self.settings = settings
+        # The embedding context: created by the first embeddings request, under the lock.
+        self._embedder: Embedder | None = None
+        self._embedder_lock = threading.Lock()
+        self._closed = False
         self.model = LlamaModel(path, settings.context)
         try:
             self._set_up(settings)
@@ -146,7 +153,47 @@ class Engine:
     def submit(self, request: GenerationRequest) -> RequestHandle:
         return self.scheduler.submit(request)
 
+    # --- embeddings ----------------------------------------------------------------------
+
+    def embedding_plan(self) -> EmbeddingPlan:
+        """The embedding context's shape (raises EmbeddingsUnsupported for rerankers);
+        cheap, and known before the context exists."""
+        return plan_embeddings(self.model, self.settings.embeddings)
+
+    def embedder(self) -> Embedder:
+        """The embedding context and its worker, created on first use (blocking: call
+        it off the event loop)."""
+        with self._embedder_lock:
+            if self._closed:
+                raise EngineError("the model is shutting down; retry shortly")
+            if self._embedder is None:
+                self._embedder = Embedder(self.model, self.embedding_plan(),
+                                          self.settings.embeddings.max_waiting)
+            return self._embedder
+
+    @property
+    def embedding_bytes(self) -> int:
+        """Memory of the embedding context (0 until an embeddings request made it)."""
+        embedder = self._embedder
+        return embedder.plan.bytes if embedder is not None else 0
+
+    def stats(self) -> dict[str, int]:
+        embedder = self._embedder
+        extra = embedder.stats() if embedder is not None else {}
+        return {**self.scheduler.stats(), **extra}
+
+    def stalled_for(self) -> float:
+        """Seconds the current engine step (generation or embedding) has run."""
+        embedder = self._embedder
+        embedding = embedder.stalled_for() if embedder is not None else 0.0
+        return max(self.scheduler.stalled_for(), embedding)
+
     def close(self) -> None:
+        with self._embedder_lock:
+            self._closed = True
+            embedder, self._embedder = self._embedder, None
+        if embedder is not None:
+            embedder.close()  # before the weights it runs on are freed
         self.scheduler.stop()
         try:
             self._save_prompts()

@@ -165,7 +165,8 @@ class LlamaModel:
         self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells of one sequence's stream
         # What saved sequence states depend on besides the model file.
         self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}"
-        self.n_threads = threads
+        self.n_threads = threads  # the most any step uses
+        self._threads_now = threads
         self.metadata = self._read_metadata()
         self.description = self._describe()
         log.info(
@@ -201,6 +202,12 @@ class LlamaModel:
         return self.metadata.get("tokenizer.chat_template")
 
     # --- KV cache per sequence -------------------------------------------------------
+
+    def set_threads(self, threads: int) -> None:
+        """Threads of the next decode steps (cheap: llama.cpp reads it per step)."""
+        if threads != self._threads_now:
+            lc.llama_set_n_threads(self.ctx, threads, threads)
+            self._threads_now = threads
 
     def seq_remove(self, seq_id: int, start: int = -1, end: int = -1) -> bool:
         return bool(lc.llama_memory_seq_rm(self.memory, seq_id, start, end))

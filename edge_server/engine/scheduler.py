@@ -30,6 +30,7 @@ from .prompt_store import PromptStore
 from .request import DONE_MARKER, ChoiceDelta, EngineError, GenerationRequest, RequestHandle
 from .sampling import GrammarError, SamplerChain, resolve_seed
 from .text_stream import TextStream
+from .thread_tuner import ThreadTuner
 from .waiting import WaitingQueue
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class SchedulerSettings:
     # While other sequences are generating, a step evaluates at most this many prompt
     # tokens, so a long prompt delays their next token by a fraction of a second only.
     prefill_chunk_while_decoding: int = 128
+    # Time decode steps on all cores and on one fewer, and use the faster (thread_tuner).
+    adaptive_threads: bool = True
 
 
 class Scheduler:
@@ -60,6 +63,8 @@ class Scheduler:
         self.settings = settings
         self.kv = SlotTable(model, store)
         self._batch = DecodeBatch(model.n_batch)
+        # Made on the engine thread (see _run): all cores until then.
+        self.threads = ThreadTuner(model.n_threads, adaptive=False)
         self._waiting = WaitingQueue(settings.max_waiting, settings.max_wait_seconds)
         self._jobs: list[Job] = []
         self._thread: threading.Thread | None = None
@@ -118,11 +123,15 @@ class Scheduler:
             "kv_capacity": self.model.n_ctx,
             "prompt_store_entries": len(self.kv.store),
             "prompt_store_bytes": self.kv.store.used_bytes,
+            "decode_threads": self.threads.best(1),
         }
 
     # --- engine thread ----------------------------------------------------------------
 
     def _run(self) -> None:
+        # llama.cpp's OpenMP keeps a team of workers per calling thread, and a team left
+        # idle on another thread slows every later step: decode on this thread only.
+        self.threads = ThreadTuner.for_model(self.model, adaptive=self.settings.adaptive_threads)
         while self._waiting.wait_for_work(bool(self._jobs)):
             self.step_started = time.monotonic()
             try:
@@ -173,7 +182,7 @@ class Scheduler:
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
 
-        status = batch.decode(self.model.ctx)
+        status = self.threads.decode(self.model, batch)
         self.kv.decoded()
         if status != 0:
             # Streams are sized so that checked requests fit: this is llama.cpp failing.

@@ -65,17 +65,21 @@ class ToolCall(BaseModel):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # "function": the legacy form of "tool", read as one (see ChatCompletionRequest).
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | Annotated[list[ContentPart], Field(max_length=MAX_CONTENT_PARTS)] | None = None
     name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
     tool_call_id: str | None = Field(default=None, max_length=256)
+    function_call: FunctionCall | None = None  # legacy: one call, no id
 
     @model_validator(mode="after")
     def _content_present(self) -> ChatMessage:
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+        calls = self.tool_calls or self.function_call
+        if self.content is None and not (self.role == "assistant" and calls):
             raise ValueError(
-                "`content` is required (it may be null only for assistant messages with tool_calls)"
+                "`content` is required (it may be null only for assistant messages with "
+                "tool_calls or function_call)"
             )
         return self
 
@@ -98,6 +102,12 @@ class NamedToolChoice(BaseModel):
     function: dict[str, str]
 
 
+class FunctionName(BaseModel):
+    """The legacy `function_call: {"name": …}`."""
+
+    name: str
+
+
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -106,6 +116,9 @@ class ChatCompletionRequest(SamplingRequest):
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # The legacy forms of tools / tool_choice (older OpenAI clients).
+    functions: list[FunctionDef] | None = Field(default=None, min_length=1, max_length=MAX_TOOLS)
+    function_call: Literal["none", "auto"] | FunctionName | None = None
     separate_reasoning: bool | None = False
     enable_thinking: bool | None = True
 
@@ -116,19 +129,36 @@ class ChatCompletionRequest(SamplingRequest):
             self.max_tokens = self.max_completion_tokens
         return self
 
+    @model_validator(mode="after")
+    def _legacy_messages(self) -> ChatCompletionRequest:
+        """An assistant's `function_call` is read as its one tool call, and a "function"
+        message as the "tool" message answering it (the id links the two, as templates
+        expect; 9 letters and digits, which Mistral's templates insist on)."""
+        last_id: str | None = None
+        for i, message in enumerate(self.messages):
+            if message.role == "assistant" and message.function_call and not message.tool_calls:
+                last_id = f"call{i:05d}"
+                message.tool_calls = [ToolCall(id=last_id, function=message.function_call)]
+            elif message.role == "function":
+                message.role = "tool"
+                if message.tool_call_id is None:
+                    message.tool_call_id = last_id
+        return self
+
 
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    function_call: dict[str, str] | None = None  # legacy requests (`functions`)
 
 
 class ChatChoice(BaseModel):
     index: int
     message: ChatResponseMessage
     logprobs: dict[str, Any] | None = None
-    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls", "function_call"] | None = None
 
 
 class ChatCompletionResponse(BaseModel):

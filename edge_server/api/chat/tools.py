@@ -1,20 +1,25 @@
-"""Function calling: tools into the prompt, tool calls out of the model's text.
+"""Function calling: which tools a request offers, and how the prompt presents them.
 
 Templates that know tools (they mention `tools`) get them as the `tools` variable; for
-the others a generic system prompt describes them. Either way the model is asked to
-answer a call as `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (the Hermes
-convention most tool-aware templates use). `required` and a named tool_choice constrain
-the output with a grammar so the arguments always fit the function's parameters.
+the others a generic system prompt describes them and asks for a call as
+`<tool_call>{"name": …, "arguments": {…}}</tool_call>` (the Hermes convention most
+tool-aware templates use). `required` and a named tool_choice constrain the output with a
+grammar (tool_schema) so the arguments always fit the function's parameters; that grammar
+allows exactly one call, whatever parallel_tool_calls says (small models given room for
+a list tend to fill it). Calls are read out of the answer by tool_parsers, in the
+convention the template teaches; `parallel_tool_calls: false` keeps only the first.
+
+Older clients send `functions` / `function_call` instead of `tools` / `tool_choice`;
+those become tools here, and the answer goes back in the legacy shape.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import uuid
 from typing import Any
 
-from .protocol import ChatCompletionRequest, NamedToolChoice, Tool, ToolCall
+from ..errors import invalid
+from .protocol import ChatCompletionRequest, FunctionName, NamedToolChoice, Tool, ToolCall
 
 GENERIC_TOOL_PROMPT = (
     "You can call functions. The available functions, as JSON schemas:\n{tools}\n"
@@ -24,7 +29,26 @@ GENERIC_TOOL_PROMPT = (
     "Otherwise answer normally."
 )
 
-_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+def apply_legacy_functions(req: ChatCompletionRequest) -> bool:
+    """`functions` / `function_call` as `tools` / `tool_choice`; True if the request used
+    them (the answer then carries `function_call`). Mixing the two styles is a 400."""
+    if req.functions is None and req.function_call is None:
+        return False
+    if req.functions is not None and req.tools is not None:
+        raise invalid("functions", "give either `functions` or `tools`, not both")
+    if req.function_call is not None and req.tool_choice is not None:
+        raise invalid("function_call", "give either `function_call` or `tool_choice`, not both")
+    if req.functions is None:
+        raise invalid("function_call", "function_call needs `functions`")
+    req.tools = [Tool(function=f) for f in req.functions]
+    choice = req.function_call
+    if isinstance(choice, FunctionName):
+        if choice.name not in {f.name for f in req.functions}:
+            raise invalid("function_call", f"no function named {choice.name!r} in `functions`")
+        req.tool_choice = NamedToolChoice(function={"name": choice.name})
+    else:
+        req.tool_choice = choice
+    return True
 
 
 def active_tools(req: ChatCompletionRequest) -> list[Tool]:
@@ -44,58 +68,6 @@ def tool_specs(tools: list[Tool]) -> list[dict[str, Any]]:
 def generic_prompt(tools: list[Tool]) -> str:
     listing = "\n".join(json.dumps(spec["function"]) for spec in tool_specs(tools))
     return GENERIC_TOOL_PROMPT.format(tools=listing)
-
-
-def call_schema(tools: list[Tool]) -> dict[str, Any]:
-    """JSON schema of one call to any of the tools, for grammar-constrained calls."""
-    options = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"const": t.function.name},
-                "arguments": t.function.parameters or {"type": "object"},
-            },
-            "required": ["name", "arguments"],
-        }
-        for t in tools
-    ]
-    return options[0] if len(options) == 1 else {"anyOf": options}
-
-
-def parse_tool_calls(text: str, tools: list[Tool]) -> tuple[str | None, list[dict[str, Any]]]:
-    """(remaining content, tool_calls) found in the model's answer."""
-    names = {t.function.name for t in tools}
-    calls: list[dict[str, Any]] = []
-    candidates = _TAGGED.findall(text)
-    if not candidates and text.strip().startswith("{"):
-        candidates = [text.strip()]
-    for raw in candidates:
-        call = _as_call(raw, names)
-        if call is not None:
-            calls.append(call)
-    if not calls:
-        return text, []
-    rest = _TAGGED.sub("", text).strip() if "<tool_call>" in text else ""
-    return (rest or None), calls
-
-
-def _as_call(raw: str, names: set[str]) -> dict[str, Any] | None:
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # the model may write anything, nesting included
-        return None
-    if not isinstance(data, dict) or data.get("name") not in names:
-        return None
-    arguments = data.get("arguments", data.get("parameters", {}))
-    if isinstance(arguments, str):
-        arguments_text = arguments
-    else:
-        arguments_text = json.dumps(arguments, ensure_ascii=False)
-    return {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {"name": data["name"], "arguments": arguments_text},
-    }
 
 
 def history_text(tool_calls: list[ToolCall]) -> str:

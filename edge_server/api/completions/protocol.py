@@ -21,7 +21,8 @@ class CompletionRequest(SamplingRequest):
     best_of: int | None = Field(default=None, ge=1, le=128)
     images: list[str] | None = Field(default=None, max_length=MAX_IMAGES)
 
-    @field_validator("prompt", mode="plain")
+    # json_schema_input_type: the published schema still says what `prompt` may be.
+    @field_validator("prompt", mode="plain", json_schema_input_type=Prompt)
     @classmethod
     def _prompt(cls, v: Any) -> Prompt:
         # Checked here rather than by pydantic's union: that tries each form in turn and

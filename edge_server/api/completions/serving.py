@@ -165,7 +165,9 @@ class CompletionsServing:
             for handle in handles:
                 handle.cancel()
             raise
-        meta = {"id": new_id("cmpl"), "created": now(), "model": req.model}
+        # The served model's own id, whichever alias the client asked for (OpenAI too
+        # answers with the resolved model name).
+        meta = {"id": new_id("cmpl"), "created": now(), "model": engine.model_id}
         if req.stream:
             await wait_started(http, handles)
             return sse_response(

@@ -1,0 +1,46 @@
+"""What a tool-call parser tells: content, the start of a call, its arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+
+@dataclass
+class Content:
+    text: str
+
+
+@dataclass
+class CallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass
+class CallArguments:
+    index: int
+    text: str
+
+
+Event = Content | CallStart | CallArguments
+
+
+def marker_at(text: str, markers: Collection[str]) -> str | None:
+    """The marker `text` begins with; "" where text is only the start of one."""
+    for marker in markers:
+        if text.startswith(marker):
+            return marker
+    return "" if any(marker.startswith(text) for marker in markers) else None
+
+
+def partial_marker(text: str, markers: Collection[str]) -> int:
+    """Length of the longest end of `text` that begins one of the markers."""
+    longest = 0
+    for marker in markers:
+        for k in range(min(len(marker) - 1, len(text)), longest, -1):
+            if text.endswith(marker[:k]):
+                longest = k
+                break
+    return longest

@@ -1,0 +1,193 @@
+"""JSON read as its text arrives: where a value ends, and the members of a call object.
+
+Nothing here decodes JSON while it streams; it only tracks strings, escapes and nesting,
+so a call's arguments can be passed on raw, fragment by fragment, and still concatenate
+to the text the model wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+WHITESPACE = " \t\r\n"
+
+
+class RawValue:
+    """One JSON value (object, array, string or scalar), read from its first character.
+
+    A scalar (number, true, …) ends at the first character that cannot continue it,
+    which `feed` leaves unread; containers and strings end at their closing character.
+    """
+
+    def __init__(self) -> None:
+        self.kind = ""  # "string", "container" or "scalar", set by the first character
+        self.done = False
+        self._depth = 0
+        self._in_string = False
+        self._escaped = False
+
+    def feed(self, text: str) -> int:
+        """Reads what belongs to the value; returns how many characters that was."""
+        i = 0
+        if not self.kind and text:
+            first = text[0]
+            if first == '"':
+                self.kind, self._in_string = "string", True
+            elif first in "{[":
+                self.kind, self._depth = "container", 1
+            else:
+                self.kind = "scalar"
+            i = 1
+        while i < len(text) and not self.done:
+            c = text[i]
+            if self.kind == "scalar":
+                if c in WHITESPACE or c in ",:]}":
+                    self.done = True
+                    return i
+            elif self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif c == "\\":
+                    self._escaped = True
+                elif c == '"':
+                    self._in_string = False
+                    self.done = self.kind == "string"
+            elif c == '"':
+                self._in_string = True
+            elif c in "{[":
+                self._depth += 1
+            elif c in "}]":
+                self._depth -= 1
+                self.done = self._depth == 0
+            i += 1
+        return i
+
+    def end(self) -> None:
+        """The text ended: a scalar is complete now; other values stay cut off."""
+        if self.kind == "scalar":
+            self.done = True
+
+
+@dataclass
+class Member:
+    """A signal from CallObject: a key read, a fragment of its value, or the whole value."""
+
+    what: str  # "key", "part" or "value"
+    key: str
+    text: str = ""
+
+
+_OPEN, _KEY_OR_END, _KEY, _COLON, _VALUE_START, _VALUE, _AFTER = range(7)
+
+
+class CallObject:
+    """The top-level members of one JSON object, reported as they are read.
+
+    `broken` is set at the first character that cannot belong to a JSON object, which
+    is left unread; `done` once its closing brace is read.
+    """
+
+    def __init__(self) -> None:
+        self.done = False
+        self.broken = False
+        self.key: str | None = None  # the member being read
+        self.value_text = ""  # what has been read of its value
+        self._state = _OPEN
+        self._key_text = ""
+        self._value: RawValue | None = None
+
+    def feed(self, text: str) -> tuple[int, list[Member]]:
+        """Reads up to the object's end; returns how much was read and what was seen."""
+        out: list[Member] = []
+        i = 0
+        while i < len(text) and not (self.done or self.broken):
+            if self._state == _VALUE:
+                assert self._value is not None and self.key is not None
+                used = self._value.feed(text[i:])
+                if used:
+                    part = text[i : i + used]
+                    self.value_text += part
+                    out.append(Member("part", self.key, part))
+                    i += used
+                if self._value.done:
+                    self._close_value(out)
+                continue
+            c = text[i]
+            i += 1
+            if self._state == _KEY:
+                self._key_text += c
+                if c == '"' and not _escaped_quote(self._key_text):
+                    self._read_key(out)
+                continue
+            if c in WHITESPACE:
+                continue
+            if self._state == _OPEN:
+                self._expect(c == "{", _KEY_OR_END)
+            elif self._state == _KEY_OR_END and c == "}":
+                self.done = True
+            elif self._state == _KEY_OR_END:
+                self._expect(c == '"', _KEY)
+                self._key_text = c
+            elif self._state == _COLON:
+                self._expect(c == ":", _VALUE_START)
+            elif self._state == _VALUE_START:
+                self._expect(c not in ",:]}", _VALUE)
+                self._value, self.value_text = RawValue(), ""
+                i -= 1  # the value reads its own first character
+            elif self._state == _AFTER:
+                self._expect(c in ",}", _KEY_OR_END)
+                self.done = c == "}"
+        # What broke the object is left unread: it may begin a marker (`</tool_call>`).
+        return (i - 1 if self.broken else i), out
+
+    def end(self) -> list[Member]:
+        """The text ended: a trailing scalar value is complete."""
+        out: list[Member] = []
+        if self._state == _VALUE and self._value is not None:
+            self._value.end()
+            if self._value.done:
+                self._close_value(out)
+        return out
+
+    @property
+    def partial_string(self) -> str | None:
+        """The characters read so far of a string value that is still open."""
+        if self._state == _VALUE and self.value_text.startswith('"'):
+            return self.value_text[1:].rstrip("\\")
+        return None
+
+    def _expect(self, ok: bool, state: int) -> None:
+        if ok:
+            self._state = state
+        else:
+            self.broken = True
+
+    def _read_key(self, out: list[Member]) -> None:
+        try:
+            key = json.loads(self._key_text)
+        except ValueError:
+            self.broken = True
+            return
+        self.key, self._state = key, _COLON
+        out.append(Member("key", key))
+
+    def _close_value(self, out: list[Member]) -> None:
+        assert self.key is not None
+        out.append(Member("value", self.key, self.value_text))
+        self._state, self._value = _AFTER, None
+
+
+def _escaped_quote(text: str) -> bool:
+    """Whether the quote ending `text` is escaped (an odd run of backslashes before it)."""
+    run = len(text) - 1 - len(text[:-1].rstrip("\\"))
+    return run % 2 == 1
+
+
+def loads(text: str) -> Any:
+    """The decoded value, or None where the text is not JSON."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None

@@ -1,0 +1,145 @@
+"""POST /v1/embeddings: texts or token lists in, one L2-normalized vector per input out.
+
+Everything is checked here before the engine sees it: input count, empty inputs, token
+ids within the vocabulary, each input's tokens against the embedding context, and the
+request's total. The engine (engine/embedder.py) batches the inputs of concurrent
+requests together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import dataclass
+
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ...engine import Engine, EngineError
+from ...engine.embedder import EmbeddingJob, EmbeddingPlan, EmbeddingsUnsupported
+from ...engine.request import EngineCancelled
+from ..dependencies import off_loop
+from ..errors import APIError, from_engine_error, invalid, unsupported
+from ..serving_common import check_prompt_tokens
+from .protocol import EmbeddingRequest
+
+# Tokens of one request, all inputs together (OpenAI's limit): bounds the work one
+# request may queue.
+MAX_REQUEST_TOKENS = 300_000
+
+
+@dataclass
+class PreparedEmbedding:
+    inputs: list[list[int]]
+    tokens: int
+
+
+def _too_long(param: str, message: str) -> APIError:
+    return APIError(400, message, type="invalid_request_error", param=param,
+                    code="context_length_exceeded")
+
+
+def _check_fields(req: EmbeddingRequest, plan: EmbeddingPlan) -> None:
+    if req.dimensions is not None and req.dimensions != plan.n_embd:
+        raise unsupported(
+            "dimensions",
+            f"must be this model's own width, {plan.n_embd}: shortened embeddings are "
+            "not supported (omit `dimensions`)",
+        )
+
+
+def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan) -> PreparedEmbedding:
+    items = req.inputs
+    single = req.single
+    limit = plan.n_ctx
+    inputs: list[list[int]] = []
+    total = 0
+    for i, item in enumerate(items):
+        param = "input" if single else f"input[{i}]"
+        if not item:
+            raise invalid(param, f"`{param}` is empty; every input needs at least one token")
+        if isinstance(item, str):
+            # Sizes first: text that cannot fit is refused before it is tokenized.
+            most = limit * engine.max_token_bytes
+            if len(item) > most or len(item.encode("utf-8", errors="surrogatepass")) > most:
+                raise _too_long(param, f"`{param}` is longer than any text that fits the "
+                                       f"embedding context of {limit} tokens")
+            # Caller text is data: control-token text in it is read as plain text.
+            tokens = engine.vocab.tokenize(item, add_special=True, parse_special=False)
+        else:
+            if len(item) > limit:
+                raise _too_long(param, f"`{param}` is {len(item)} tokens; this model embeds "
+                                       f"at most {limit} tokens per input")
+            check_prompt_tokens(item, engine, param)
+            tokens = item
+        if len(tokens) > limit:
+            raise _too_long(param, f"`{param}` is {len(tokens)} tokens; this model embeds "
+                                   f"at most {limit} tokens per input")
+        total += len(tokens)
+        if total > MAX_REQUEST_TOKENS:
+            raise _too_long("input", f"the inputs hold more than {MAX_REQUEST_TOKENS} "
+                                     "tokens together; split them over several requests")
+        inputs.append(tokens)
+    return PreparedEmbedding(inputs, total)
+
+
+def prepare(req: EmbeddingRequest, engine: Engine) -> tuple[PreparedEmbedding, EmbeddingJob]:
+    """Checks, tokenizes and queues the inputs. CPU-bound (the tokenizer; the embedding
+    context is created by the model's first request), so it runs off the event loop."""
+    try:
+        plan = engine.embedding_plan()
+        _check_fields(req, plan)
+        prepared = _tokenized(req, engine, plan)
+        job = engine.embedder().submit(prepared.inputs)
+    except EmbeddingsUnsupported as exc:
+        raise APIError(400, str(exc), param="model", code=exc.code) from exc
+    except EngineError as exc:
+        raise from_engine_error(exc) from exc
+    return prepared, job
+
+
+def _render(req: EmbeddingRequest, model_id: str, vectors: list[np.ndarray],
+            tokens: int) -> bytes:
+    """The response body; tens of megabytes for a large request, so built off the loop."""
+    if req.encoding_format == "base64":
+        # OpenAI's base64: the vector's float32 values, little-endian.
+        values: list[object] = [
+            base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
+    else:
+        values = [v.tolist() for v in vectors]
+    body = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": value}
+                 for i, value in enumerate(values)],
+        "model": model_id,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+async def _disconnected(http: Request) -> None:
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
+class EmbeddingsServing:
+    async def create(self, req: EmbeddingRequest, engine: Engine, http: Request) -> Response:
+        prepared, job = await off_loop(prepare, req, engine)
+        result = asyncio.wrap_future(job.future)
+        watcher = asyncio.create_task(_disconnected(http))
+        try:
+            await asyncio.wait({result, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not result.done():  # the client left: drop what is not decoded yet
+                raise from_engine_error(EngineCancelled())
+            try:
+                vectors = result.result()
+            except EngineError as exc:
+                raise from_engine_error(exc) from exc
+        finally:
+            watcher.cancel()
+            job.future.cancel()  # no-op once done
+            result.cancel()
+        body = await off_loop(_render, req, engine.model_id, vectors, prepared.tokens)
+        return Response(body, media_type="application/json")

@@ -1,0 +1,99 @@
+"""A chat answer's deltas (from ChoiceOutput: reasoning, content, tool calls) as Anthropic
+content blocks and the stream events that build them.
+
+Streamed and whole answers both go through Blocks, so both give the same content.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+Event = tuple[str, dict[str, Any]]  # (event type, payload)
+
+
+def tool_use_id() -> str:
+    return f"toolu_{uuid.uuid4().hex[:24]}"
+
+
+class Blocks:
+    def __init__(self) -> None:
+        self.blocks: list[dict[str, Any]] = []
+        self._open: str | None = None  # type of the last block while it is open
+        self._arguments: list[list[str]] = []  # per block: a tool_use's JSON fragments
+
+    def feed(self, deltas: list[dict[str, Any]]) -> list[Event]:
+        events: list[Event] = []
+        for delta in deltas:
+            if delta.get("reasoning_content"):
+                events += self._append("thinking", delta["reasoning_content"])
+            if delta.get("content"):
+                events += self._append("text", delta["content"])
+            for call in delta.get("tool_calls") or ():
+                function = call.get("function", {})
+                if "id" in call:
+                    events += self._start({"type": "tool_use", "id": tool_use_id(),
+                                           "name": function["name"], "input": {}})
+                if function.get("arguments"):
+                    events += self._append("tool_use", function["arguments"])
+        return events
+
+    def close(self) -> list[Event]:
+        """Ends the open block; every tool_use block gets its input parsed."""
+        events = self._stop()
+        for block, fragments in zip(self.blocks, self._arguments, strict=True):
+            if block["type"] == "tool_use":
+                block["input"] = _object("".join(fragments))
+        return events
+
+    def _append(self, kind: str, text: str) -> list[Event]:
+        events: list[Event] = []
+        if kind == "tool_use" and self._open != kind:
+            return []  # arguments only ever follow their call's start
+        if self._open != kind:
+            if kind == "text" and not text.strip():
+                return []  # whitespace between blocks is no block of its own
+            if kind == "text":
+                text = text.lstrip()
+            start: dict[str, Any] = (
+                {"type": "text", "text": ""} if kind == "text"
+                else {"type": "thinking", "thinking": "", "signature": ""})
+            events += self._start(start)
+        index = len(self.blocks) - 1
+        block = self.blocks[index]
+        if kind == "tool_use":
+            self._arguments[index].append(text)
+            delta = {"type": "input_json_delta", "partial_json": text}
+        else:
+            block[kind] += text
+            delta = {"type": f"{kind}_delta", kind: text}
+        events.append(("content_block_delta",
+                       {"type": "content_block_delta", "index": index, "delta": delta}))
+        return events
+
+    def _start(self, block: dict[str, Any]) -> list[Event]:
+        events = self._stop()
+        self.blocks.append(block)
+        self._arguments.append([])
+        self._open = block["type"]
+        events.append(("content_block_start", {"type": "content_block_start",
+                                               "index": len(self.blocks) - 1,
+                                               "content_block": dict(block)}))
+        return events
+
+    def _stop(self) -> list[Event]:
+        if self._open is None:
+            return []
+        self._open = None
+        index = len(self.blocks) - 1
+        return [("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def _object(arguments: str) -> dict[str, Any]:
+    """A call's input; {} where the arguments were cut off (stop_reason max_tokens)."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,78 @@
+"""POST /v1/messages and /v1/messages/count_tokens: the request made a chat request
+(translate), prepared and run exactly as chat completions are, the answer read back
+through the same ChoiceOutput and turned into content blocks (blocks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...engine import Engine
+from ..chat import tools as tooling
+from ..chat.prompt import chat_prompt
+from ..chat.serving import PreparedChat, prepare
+from ..dependencies import off_loop
+from ..errors import APIError
+from ..serving_common import cancel_on_disconnect, collect, sse_response, submit, wait_started
+from .blocks import Blocks
+from .outcome import StopReading, message_id, messages_usage
+from .protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
+from .streaming import stream_messages
+from .translate import PARAM_NAMES, to_chat
+
+
+def _prepare(req: MessagesRequest, engine: Engine) -> PreparedChat:
+    try:
+        return prepare(to_chat(req), engine)
+    except APIError as exc:
+        raise renamed(exc) from exc
+
+
+def renamed(exc: APIError) -> APIError:
+    if exc.param in PARAM_NAMES:
+        exc.param = PARAM_NAMES[exc.param]
+    return exc
+
+
+def _count(req: CountTokensRequest, engine: Engine) -> int:
+    # The very rendering prepare() does, without sampling or grammars.
+    try:
+        chat = to_chat(req)
+        tools = tooling.active_tools(chat)
+        prompt = chat_prompt(chat.messages, engine, tools, enable_thinking=chat.enable_thinking)
+    except APIError as exc:
+        raise renamed(exc) from exc
+    return len(prompt.tokens)
+
+
+class MessagesServing:
+    async def create(self, req: MessagesRequest, engine: Engine, http: Request) -> Response:
+        prepared = await off_loop(_prepare, req, engine)
+        handle = submit(engine, prepared.request)
+        output = prepared.plan.outputs(1)[0]
+        stops = StopReading(prepared.request.stop)
+        meta: dict[str, Any] = {"id": message_id(), "type": "message", "role": "assistant",
+                                "model": engine.model_id}
+        if req.stream:
+            await wait_started(http, [handle])
+            events = stream_messages(http, handle, meta, output, stops)
+            return sse_response(events, [handle])
+        async with cancel_on_disconnect(http, [handle]):
+            result = (await collect(handle, 1))[0]
+        blocks = Blocks()
+        blocks.feed(output.push(stops.cut(result.text, result.finish_reason)))
+        blocks.feed(output.finish())
+        blocks.close()
+        return JSONResponse({
+            **meta,
+            "content": blocks.blocks,
+            "stop_reason": stops.stop_reason(output, result.finish_reason),
+            "stop_sequence": stops.matched,
+            "usage": messages_usage(handle.usage),
+        })
+
+    async def count_tokens(self, req: CountTokensRequest, engine: Engine) -> Response:
+        tokens = await off_loop(_count, req, engine)
+        return JSONResponse(CountTokensResponse(input_tokens=tokens).model_dump())

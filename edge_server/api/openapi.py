@@ -1,0 +1,207 @@
+"""GET /openapi.json: an OpenAPI 3.1 document of every route the app serves.
+
+The paths come from the app's own routes and the schemas from the pydantic models that
+parse the requests and build the responses, so the document cannot drift from the
+server: a new request field appears by itself, and a route with no entry below is left
+out of the document (and fails the test that compares it with the routes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from .. import __version__
+from .chat.protocol import ChatCompletionRequest, ChatCompletionResponse
+from .completions.protocol import CompletionRequest, CompletionResponse
+from .embeddings.protocol import EmbeddingRequest, EmbeddingResponse
+from .errors import ErrorResponse
+from .messages.protocol import (
+    AnthropicErrorResponse,
+    CountTokensRequest,
+    CountTokensResponse,
+    MessagesRequest,
+    MessagesResponse,
+)
+from .models_router import HealthResponse, ModelCard, ModelList
+from .responses.protocol import ResponseObject, ResponsesRequest
+from .tokenize_router import DetokenizeRequest, TokenizeRequest
+
+log = logging.getLogger(__name__)
+
+OPENAPI_PATH = "/openapi.json"
+_REF = "#/components/schemas/{model}"
+
+
+class TokenizeResponse(BaseModel):
+    tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    content: str
+
+
+@dataclass(frozen=True)
+class Operation:
+    id: str
+    summary: str
+    request: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None  # None: `media_type` text
+    media_type: str = "application/json"
+    streams: bool = False  # `stream: true` answers server-sent events
+    errors: tuple[int, ...] = ()
+    open: bool = False  # served without an API key
+    error: type[BaseModel] = ErrorResponse  # the shape of its error answers
+    events: str = "With `stream: true`: `data: {chunk}` events, then `data: [DONE]`"
+
+
+_MODEL_ERRORS = (400, 404, 413, 429, 503)
+OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("POST", "/v1/completions"): Operation(
+        "createCompletion", "Text completion of one or more prompts", CompletionRequest,
+        CompletionResponse, streams=True, errors=_MODEL_ERRORS),
+    ("POST", "/v1/chat/completions"): Operation(
+        "createChatCompletion", "Chat completion of a conversation", ChatCompletionRequest,
+        ChatCompletionResponse, streams=True, errors=_MODEL_ERRORS),
+    ("POST", "/v1/responses"): Operation(
+        "createResponse", "A model response (OpenAI's Responses API, stateless)",
+        ResponsesRequest, ResponseObject, streams=True, errors=_MODEL_ERRORS),
+    ("POST", "/v1/embeddings"): Operation(
+        "createEmbedding", "L2-normalized embedding vectors of one or more inputs",
+        EmbeddingRequest, EmbeddingResponse, errors=_MODEL_ERRORS),
+    ("GET", "/v1/models"): Operation(
+        "listModels", "Models this server serves, the default model first",
+        response=ModelList),
+    ("GET", "/v1/models/{model}"): Operation(
+        "retrieveModel", "One model, by its id or any alias (`default`: the model served "
+        "by default)", response=ModelCard, errors=(404,)),
+    ("POST", "/tokenize"): Operation(
+        "tokenize", "Text or chat messages to the model's token ids", TokenizeRequest,
+        TokenizeResponse, errors=_MODEL_ERRORS),
+    ("POST", "/detokenize"): Operation(
+        "detokenize", "Token ids back to text", DetokenizeRequest, DetokenizeResponse,
+        errors=_MODEL_ERRORS),
+    ("POST", "/v1/messages"): Operation(
+        "createMessage", "Anthropic Messages API: the next assistant message", MessagesRequest,
+        MessagesResponse, streams=True, errors=_MODEL_ERRORS, error=AnthropicErrorResponse,
+        events="With `stream: true`: Anthropic's `event: <type>` / `data: {…}` events, "
+               "message_start to message_stop"),
+    ("POST", "/v1/messages/count_tokens"): Operation(
+        "countMessageTokens", "Anthropic Messages API: prompt tokens a message request "
+        "would evaluate", CountTokensRequest, CountTokensResponse, errors=_MODEL_ERRORS,
+        error=AnthropicErrorResponse),
+    ("GET", "/health"): Operation(
+        "health", "200 once the default model serves; 503 while it loads, failed or stalled",
+        response=HealthResponse, errors=(503,), open=True),
+    ("GET", "/metrics"): Operation(
+        "metrics", "Prometheus metrics", media_type="text/plain; version=0.0.4"),
+    ("GET", OPENAPI_PATH): Operation("openapi", "This document", media_type="application/json"),
+}
+
+_STATUS_TEXT = {400: "Invalid request", 404: "Unknown model", 413: "Request body too large",
+                429: "Queue full; retry after `Retry-After` seconds",
+                503: "Model loading, not downloaded, or no slot in time"}
+
+
+def _schemas(ops: list[Operation]) -> tuple[dict[tuple[type[BaseModel], str], Any],
+                                           dict[str, Any]]:
+    """JSON schemas of every model the operations use, shared definitions gathered under
+    components/schemas (requests as validated, responses as serialized)."""
+    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(ErrorResponse, "serialization")]
+    for op in ops:
+        wanted.append((op.error, "serialization"))
+        if op.request is not None:
+            wanted.append((op.request, "validation"))
+        if op.response is not None:
+            wanted.append((op.response, "serialization"))
+    refs, defs = models_json_schema(list(dict.fromkeys(wanted)), ref_template=_REF)
+    return refs, defs.get("$defs", {})
+
+
+def _operation(op: Operation, refs: dict[Any, Any], params: list[str],
+               secured: bool) -> dict[str, Any]:
+    error_ref = {"$ref": _REF.format(model=op.error.__name__)}
+    error_body = {"application/json": {"schema": error_ref}}
+    if op.response is not None:
+        ok: dict[str, Any] = {"application/json": {"schema": refs[(op.response,
+                                                                     "serialization")]}}
+    else:
+        ok = {op.media_type: {"schema": {"type": "object"} if "json" in op.media_type
+                              else {"type": "string"}}}
+    if op.streams:
+        ok["text/event-stream"] = {"schema": {
+            "type": "string",
+            "description": op.events,
+        }}
+    responses: dict[str, Any] = {"200": {"description": "OK", "content": ok}}
+    for status in op.errors:
+        text = "Not served now" if op.id == "health" else _STATUS_TEXT.get(status, "Error")
+        content = ok if op.id == "health" else error_body
+        responses[str(status)] = {"description": text, "content": content}
+    if secured and not op.open:
+        responses["401"] = {"description": "Missing or wrong API key", "content": error_body}
+    shape = "Anthropic's" if op.error is AnthropicErrorResponse else "OpenAI's"
+    responses["default"] = {"description": f"An error in {shape} shape", "content": error_body}
+    out: dict[str, Any] = {"operationId": op.id, "summary": op.summary, "responses": responses}
+    if params:
+        out["parameters"] = [{"name": p, "in": "path", "required": True,
+                              "schema": {"type": "string"}} for p in params]
+    if op.request is not None:
+        out["requestBody"] = {"required": True, "content": {
+            "application/json": {"schema": refs[(op.request, "validation")]}}}
+    if secured and op.open:
+        out["security"] = []
+    return out
+
+
+def build_openapi(routes: list[BaseRoute], *, secured: bool = False) -> dict[str, Any]:
+    """The document for `routes`. `secured`: API keys are required (all but /health)."""
+    found: list[tuple[str, str, Route, Operation]] = []
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        for method in sorted(route.methods or ()):
+            op = OPERATIONS.get((method, route.path_format))
+            if op is not None:
+                found.append((method, route.path_format, route, op))
+            elif method != "HEAD":
+                log.warning("route %s %s has no OpenAPI entry", method, route.path_format)
+    refs, defs = _schemas([op for *_, op in found])
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, route, op in found:
+        paths.setdefault(path, {})[method.lower()] = _operation(
+            op, refs, list(route.param_convertors), secured)
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": "edge_server", "version": __version__,
+                 "description": "OpenAI-compatible completions and chat completions on "
+                                "llama.cpp."},
+        "paths": paths,
+        "components": {"schemas": defs},
+    }
+    if secured:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http",
+                                                           "scheme": "bearer"}}
+        doc["security"] = [{"bearer": []}]
+    return doc
+
+
+def openapi_route(*, secured: bool) -> Route:
+    cached: list[bytes] = []
+
+    async def openapi(request: Request) -> Response:
+        # Built on first use from the routes the app really has, then kept: it is static.
+        if not cached:
+            doc = build_openapi(request.app.routes, secured=secured)
+            cached.append(json.dumps(doc).encode())
+        return Response(cached[0], media_type="application/json")
+
+    return Route(OPENAPI_PATH, openapi, methods=["GET"])

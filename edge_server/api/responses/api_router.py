@@ -1,0 +1,53 @@
+"""HTTP route of /v1/responses."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..body import parse_json_object
+from ..dependencies import off_loop, serve_with_model
+from ..errors import APIError, from_validation_error
+from .protocol import ITEM_TAGS, ResponsesRequest
+from .serving import ResponsesServing, check_fields
+
+_serving = ResponsesServing()
+_INLINE_BODY_BYTES = 64 * 1024
+
+
+def _validated(raw: bytes) -> ResponsesRequest:
+    body = parse_json_object(raw)
+    try:
+        return ResponsesRequest.model_validate(body)
+    except ValidationError as exc:
+        raise _named(exc) from exc
+
+
+def _named(exc: ValidationError) -> APIError:
+    """The error of the deepest field: `input` is a string or a list of items, and the
+    list's error is the one that names what is wrong. An item's own kind (the tag that
+    picked its schema) is no part of the field's name."""
+    errors = exc.errors(include_url=False)
+    deepest = max(errors, key=lambda e: len(e.get("loc", ())))
+    loc = deepest.get("loc", ())
+    kept = tuple(
+        part for k, part in enumerate(loc)
+        if not (part in ITEM_TAGS and k >= 2 and loc[0] == "input" and isinstance(loc[k - 1], int))
+    )
+    error = {key: deepest[key] for key in ("type", "input", "ctx") if key in deepest}
+    single = ValidationError.from_exception_data(exc.title, [{**error, "loc": kept}])  # type: ignore[list-item]
+    return from_validation_error(single)
+
+
+async def create_response(request: Request) -> Response:
+    raw = await request.body()
+    body = _validated(raw) if len(raw) <= _INLINE_BODY_BYTES else await off_loop(_validated, raw)
+    check_fields(body)  # before a model is leased (or loaded) for a request it cannot serve
+    return await serve_with_model(
+        request, body.model, lambda engine: _serving.create(body, engine, request)
+    )
+
+
+routes = [Route("/v1/responses", create_response, methods=["POST"])]

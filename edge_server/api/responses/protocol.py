@@ -1,0 +1,187 @@
+"""Schemas of POST /v1/responses (OpenAI's Responses API, stateless).
+
+Input items keep fields the API itself writes on output items (`id`, `status`,
+`annotations`): clients replay a response's output as the next request's input. Top-level
+fields are checked by name: a field this server does not serve is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from ..limits import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
+
+
+class InputPart(BaseModel):
+    """A content part; only text parts are served (the others are refused by name)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=64)
+    text: str | None = None
+
+
+class MessageItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | Annotated[list[InputPart], Field(max_length=MAX_CONTENT_PARTS)]
+
+
+class FunctionCallItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1, max_length=256)
+    name: str = Field(min_length=1, max_length=256)
+    arguments: str
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1, max_length=256)
+    output: str | Annotated[list[InputPart], Field(max_length=MAX_CONTENT_PARTS)]
+
+
+class OtherItem(BaseModel):
+    """Any other item type: reasoning items are skipped (their text is not replayed), the
+    rest are refused by name."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=64)
+
+
+def _item_kind(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "other"
+    kind = value.get("type", "message" if "role" in value else None)
+    return kind if kind in ("message", "function_call", "function_call_output") else "other"
+
+
+# Tagged by `type` so that an error names the field of the item's own kind.
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[OtherItem, Tag("other")],
+    Discriminator(_item_kind),
+]
+ITEM_TAGS = ("message", "function_call", "function_call_output", "other")
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=64)  # anything but "function" is refused by name
+    name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=64)
+    name: str | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_obfuscation: bool | None = None  # nothing is obfuscated here; accepted
+
+
+class ResponsesRequest(BaseModel):
+    # Unknown fields are kept so that the serving layer can refuse them by name.
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    input: str | Annotated[list[InputItem], Field(max_length=MAX_MESSAGES)]
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = Field(
+        default=None, max_length=16
+    )
+    user: str | None = None
+    safety_identifier: str | None = None
+    reasoning: ReasoningConfig | None = None
+    # Stateless: store may only be false, and previous_response_id is refused (serving).
+    store: bool | None = None
+    previous_response_id: str | None = None
+    # Accepted where harmless: clients such as openai-agents send them by default.
+    include: list[str] | None = Field(default=None, max_length=16)
+    truncation: Literal["auto", "disabled"] | None = None
+    background: bool | None = None
+    prompt_cache_key: str | None = Field(default=None, max_length=1024)
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    service_tier: str | None = Field(default=None, max_length=32)
+
+
+class Usage(BaseModel):
+    input_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens: int
+    output_tokens_details: dict[str, int]
+    total_tokens: int
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseObject(BaseModel):
+    """What POST /v1/responses answers (and response.completed carries)."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["completed", "incomplete", "in_progress"]
+    error: dict[str, Any] | None = None
+    incomplete_details: IncompleteDetails | None = None
+    model: str
+    output: list[dict[str, Any]]
+    output_text: str | None = None
+    usage: Usage | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    reasoning: dict[str, Any] | None = None
+    store: bool = False
+    temperature: float | None = None
+    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: str | dict[str, Any] = "auto"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    top_p: float | None = None
+    truncation: str = "disabled"
+    user: str | None = None

@@ -1,0 +1,170 @@
+"""How the fuzz campaign judges answers: an error in the protocol's shape with a 4xx,
+a 503/429 for overload, or a well-formed answer; never a 5xx, a hang or a broken shape."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fuzz_strategies import CHAT, COMPLETIONS, MESSAGES, MODEL, RESPONSES, TIMEOUT_S, Case
+
+# --- judging answers ---------------------------------------------------------------------
+
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+@dataclass
+class Result:
+    case: Case
+    status: int | None  # None: no answer (timeout, dropped connection)
+    seconds: float
+    failure: str | None  # None: an answer the server may give
+    detail: str  # the start of the answer, or the transport error
+
+
+def _error_of(body: bytes) -> dict[str, Any] | str:
+    """The error object of an error answer, or what is wrong with its shape."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "error answer is not JSON"
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict) or set(error) != ERROR_KEYS:
+        return "error answer is not in the OpenAI shape"
+    if not isinstance(error["message"], str) or not error["message"]:
+        return "error message is not a non-empty string"
+    return error
+
+
+def _judge_stream(body: bytes, path: str) -> str | None:
+    events = [line[6:] for line in body.decode("utf-8", "replace").splitlines()
+              if line.startswith("data: ")]
+    if path == RESPONSES:
+        return _judge_response_events(events)
+    if not events or events[-1] != "[DONE]":
+        return "stream did not end with [DONE]"
+    for event in events[:-1]:
+        try:
+            data = json.loads(event)
+        except ValueError:
+            return "stream event is not JSON"
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and error.get("type") == "server_error":
+            return "server error inside the stream"
+    return None
+
+
+def _judge_response_events(events: list[str]) -> str | None:
+    """A Responses stream ends with its final response, or with an error event."""
+    try:
+        data = [json.loads(event) for event in events]
+    except ValueError:
+        return "stream event is not JSON"
+    last = data[-1] if data and isinstance(data[-1], dict) else {}
+    if last.get("type") == "error":
+        return "server error inside the stream" if last.get("code") == "server_error" else None
+    if last.get("type") not in ("response.completed", "response.incomplete"):
+        return "stream did not end with its final response"
+    return None
+
+
+def _judge_messages(status: int, content_type: str, body: bytes) -> str | None:
+    """The Anthropic door: its own answer, event and error shapes."""
+    text = body.decode("utf-8", "replace")
+    if status == 200 and content_type.startswith("text/event-stream"):
+        kinds = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+        if kinds[-1:] == ["error"]:
+            return "server error inside the stream" if '"api_error"' in text else None
+        return None if kinds[-1:] == ["message_stop"] else "stream did not end message_stop"
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return f"HTTP {status}: answer is not JSON"
+    if not isinstance(data, dict):
+        return f"HTTP {status}: answer is not an object"
+    if status == 200:
+        ok = data.get("type") == "message" and isinstance(data.get("content"), list)
+        return None if ok else "200 answer is not a message"
+    error = data.get("error")
+    if (set(data) != {"type", "error"} or not isinstance(error, dict)
+            or set(error) != {"type", "message"} or not error["message"]):
+        return f"HTTP {status}: error answer is not in Anthropic's shape"
+    if status >= 500 and not (status == 503 and error["type"] == "overloaded_error"):
+        return f"HTTP {status}"
+    return None
+
+
+def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str | None:
+    """None when the server may answer so; otherwise what is wrong. Statuses below 500,
+    and 503 for overload or a model that cannot be loaded now, are answers; every other
+    5xx is a failure, and so is any answer that is not what its status promises."""
+    if b"Traceback (most recent call last)" in body:
+        return "traceback in the answer"
+    if path == MESSAGES:
+        return _judge_messages(status, content_type, body)
+    if status == 200:
+        if content_type.startswith("text/event-stream"):
+            return _judge_stream(body, path)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return "200 answer is not JSON"
+        key = "output" if path == RESPONSES else "choices"
+        ok = isinstance(data, dict) and isinstance(data.get(key), list)
+        return None if ok else f"200 answer has no {key}"
+    if not 400 <= status < 600:
+        return f"HTTP {status}"
+    error = _error_of(body)
+    if isinstance(error, str):
+        return f"HTTP {status}: {error}"
+    overload = error["type"] == "server_overloaded" or error["code"] == "model_unavailable"
+    if status >= 500 and not (status == 503 and overload):
+        return f"HTTP {status}"
+    return None
+
+
+def exchange(client: httpx.Client, case: Case, timeout: float = TIMEOUT_S) -> Result:
+    """Sends one case and reads the whole answer, streams included, within `timeout`."""
+    started = time.monotonic()
+    headers = {"Content-Type": "application/json"}
+    try:
+        with client.stream("POST", case.path, content=case.body, headers=headers,
+                           timeout=timeout) as r:
+            parts = []
+            for chunk in r.iter_bytes():
+                parts.append(chunk)
+                if time.monotonic() - started > timeout:
+                    return Result(case, r.status_code, time.monotonic() - started, "timeout",
+                                  "answer still streaming")
+    except httpx.TimeoutException as exc:
+        return Result(case, None, time.monotonic() - started, "timeout", type(exc).__name__)
+    except httpx.TransportError as exc:
+        return Result(case, None, time.monotonic() - started, "dropped connection",
+                      f"{type(exc).__name__}: {exc}")
+    body = b"".join(parts)
+    failure = judge(r.status_code, r.headers.get("content-type", ""), body, case.path)
+    return Result(case, r.status_code, time.monotonic() - started, failure,
+                  body[:300].decode("utf-8", "replace"))
+
+
+def new_client(base_url: str) -> httpx.Client:
+    # No pooled connections: a connection the server closed while idle must never pass
+    # for one it dropped mid-request.
+    return httpx.Client(base_url=base_url, timeout=TIMEOUT_S,
+                        limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def server_problem(base_url: str) -> str | None:
+    """None when /health answers 200 and a plain request is served; else what is wrong."""
+    try:
+        health = httpx.get(f"{base_url}/health", timeout=TIMEOUT_S)
+        if health.status_code != 200:
+            return f"/health answered {health.status_code}"
+        r = httpx.post(f"{base_url}{COMPLETIONS}", timeout=TIMEOUT_S * 3, json={
+            "model": MODEL, "prompt": "Hello", "max_tokens": 2})
+    except httpx.HTTPError as exc:
+        return f"no answer: {type(exc).__name__}: {exc}"
+    return None if r.status_code == 200 else f"a plain request got {r.status_code}"
