@@ -48,9 +48,9 @@ class ServeOptions:
                          "one request's prompt plus completion fits ctx_size / parallel "
                          "(default: parallel x the model's training context, at most 2048)")
     threads: int = _opt(0, "CPU threads (default: all cores)")
-    adaptive_threads: str = _opt("on", "time decode steps on all --threads and on one fewer, "
-                                 "and use the faster per batch size (on a small machine a core "
-                                 "left to the HTTP layer can be faster); off: always --threads",
+    adaptive_threads: str = _opt("off", "on: time decode steps on all --threads and on one "
+                                 "fewer, and use the faster per batch size (for machines busy "
+                                 "with other work); off: always --threads",
                                  choices=["on", "off"])
     parallel: int = _opt(8, "requests decoded together in one batch, per model")
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")

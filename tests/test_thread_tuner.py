@@ -5,8 +5,11 @@ counts between steps leaves llama.cpp's numbers as they are (the real model)."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
+import httpx
 import numpy as np
+from conftest import DEFAULT_MODEL, start_server, stop_server
 
 from edge_server.default_model import default_model_path
 from edge_server.engine.batch import DecodeBatch
@@ -97,3 +100,23 @@ def test_thread_counts_are_checked_for_equal_numbers() -> None:
         assert verdict == equal
     finally:
         model.close()
+
+
+def test_server_with_adaptive_threads_repeats_itself(tmp_path: Path) -> None:
+    """With the tuner on, steps switch thread counts (each count is timed within the
+    first steps, then re-timed now and then), and a greedy request still gives the same
+    tokens every time."""
+    server = start_server(tmp_path, "--adaptive-threads", "on", "--threads", "2",
+                          "--parallel", "4", "--ctx-size", "2048")
+    try:
+        body = {"model": DEFAULT_MODEL, "prompt": "Once upon a time", "max_tokens": 48,
+                "temperature": 0, "ignore_eos": True}
+        with httpx.Client(base_url=server.base_url, timeout=120) as http:
+            # One at a time: the same batch make-up each time, only the threads change.
+            answers = [http.post("/v1/completions", json=body).json() for _ in range(6)]
+            assert {a["choices"][0]["text"] for a in answers} == {answers[0]["choices"][0]["text"]}
+            assert all(a["usage"]["completion_tokens"] == 48 for a in answers)
+            stats = http.get("/health").json()["models"][DEFAULT_MODEL]
+            assert stats["decode_threads"] in (1, 2)
+    finally:
+        stop_server(server)

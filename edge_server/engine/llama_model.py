@@ -223,7 +223,8 @@ class LlamaModel:
         size = lc.llama_state_seq_get_size(self.ctx, seq_id)
         buf = (ctypes.c_uint8 * size)()
         written = lc.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
-        return bytes(buf[:written])
+        # One copy: slicing a ctypes array would build a list of one int per byte.
+        return ctypes.string_at(buf, written)
 
     def seq_restore(self, seq_id: int, data: bytes, length: int) -> bool:
         """Loads a saved sequence into seq_id, keeping its first `length` tokens."""

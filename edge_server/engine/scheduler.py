@@ -52,7 +52,7 @@ class SchedulerSettings:
     # tokens, so a long prompt delays their next token by a fraction of a second only.
     prefill_chunk_while_decoding: int = 128
     # Time decode steps on all cores and on one fewer, and use the faster (thread_tuner).
-    adaptive_threads: bool = True
+    adaptive_threads: bool = False
 
 
 class Scheduler:
