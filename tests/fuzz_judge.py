@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from fuzz_strategies import CHAT, COMPLETIONS, MESSAGES, MODEL, RESPONSES, TIMEOUT_S, Case
+from fuzz_strategies import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    MESSAGES,
+    MODEL,
+    RESPONSES,
+    TIMEOUT_S,
+    Case,
+)
 
 # --- judging answers ---------------------------------------------------------------------
 
@@ -112,7 +121,7 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
             data = json.loads(body)
         except ValueError:
             return "200 answer is not JSON"
-        key = "output" if path == RESPONSES else "choices"
+        key = {RESPONSES: "output", EMBEDDINGS: "data"}.get(path, "choices")
         ok = isinstance(data, dict) and isinstance(data.get(key), list)
         return None if ok else f"200 answer has no {key}"
     if not 400 <= status < 600:

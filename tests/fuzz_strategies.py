@@ -21,7 +21,8 @@ COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 MESSAGES = "/v1/messages"
-ENDPOINTS = (COMPLETIONS, CHAT, RESPONSES, MESSAGES)
+EMBEDDINGS = "/v1/embeddings"
+ENDPOINTS = (COMPLETIONS, CHAT, RESPONSES, MESSAGES, EMBEDDINGS)
 TIMEOUT_S = 20.0  # every answer, streams included, must be complete within this (the
 # longest legitimate answer, a 256-token slot generated on one thread, takes about 12 s)
 
@@ -318,6 +319,9 @@ MESSAGES_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "metadata": st.fixed_dictionaries({}, optional={"user_id": small_text}),
     "output_config": st.fixed_dictionaries({"format": st.fixed_dictionaries(
         {"type": st.just("json_schema"), "schema": schemas})})}
+EMBEDDING_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "encoding_format": st.sampled_from(["float", "base64", "x"]),
+    "dimensions": st.sampled_from([0, 1, 576, 577, 2**63]), "user": small_text}
 # Hostile values for particular fields; every field also gets `weird` ones.
 MUTANTS: dict[str, st.SearchStrategy[Any]] = {
     "model": st.one_of(st.just("default"), small_text),
@@ -348,9 +352,15 @@ MUTANTS: dict[str, st.SearchStrategy[Any]] = {
 @st.composite
 def _bodies(draw: st.DrawFn, path: str) -> dict[str, Any]:
     fields = {COMPLETIONS: COMPLETION_FIELDS, CHAT: CHAT_FIELDS,
-              RESPONSES: RESPONSES_FIELDS, MESSAGES: MESSAGES_FIELDS}[path]
+              RESPONSES: RESPONSES_FIELDS, MESSAGES: MESSAGES_FIELDS,
+              EMBEDDINGS: EMBEDDING_FIELDS}[path]
     body: dict[str, Any] = {"model": MODEL, "max_tokens": draw(st.integers(1, 4))}
-    if path == COMPLETIONS:
+    if path == EMBEDDINGS:
+        del body["max_tokens"]
+        body["input"] = draw(st.one_of(small_text, st.lists(small_text, max_size=4),
+                                       st.lists(token_ids, max_size=8),
+                                       st.lists(st.lists(token_ids, max_size=8), max_size=3)))
+    elif path == COMPLETIONS:
         body["prompt"] = draw(prompts)
     elif path == RESPONSES:
         body["max_output_tokens"] = body.pop("max_tokens")
@@ -430,4 +440,5 @@ def broken_json_cases(draw: st.DrawFn) -> Case:
 
 def all_cases() -> st.SearchStrategy[Case]:
     return st.one_of(request_cases(COMPLETIONS), request_cases(CHAT), request_cases(RESPONSES),
-                     request_cases(MESSAGES), schema_cases(), broken_json_cases())
+                     request_cases(MESSAGES), request_cases(EMBEDDINGS), schema_cases(),
+                     broken_json_cases())

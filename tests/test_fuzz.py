@@ -85,6 +85,13 @@ def test_fuzz_messages(fuzz_server: RunningServer, fuzz_client: httpx.Client,
     check(fuzz_server, fuzz_client, case)
 
 
+@settings(fuzz_settings, max_examples=100)
+@given(case=fs.request_cases(fs.EMBEDDINGS))
+def test_fuzz_embeddings(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                         case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
 @settings(fuzz_settings, max_examples=60)
 @given(case=fs.schema_cases())
 def test_fuzz_schemas(fuzz_server: RunningServer, fuzz_client: httpx.Client,
