@@ -45,6 +45,7 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
                 n_threads=opts.threads,
                 n_gpu_layers=opts.n_gpu_layers,
                 repack=opts.repack,
+                flash_attn=opts.flash_attn,
                 n_seq_max=max(opts.parallel, 1),
             ),
             scheduler=SchedulerSettings(

@@ -61,6 +61,10 @@ class ServeOptions:
     repack: str = _opt("auto", "CPU weights repacked for AMX/AVX kernels: auto (on, unless a "
                        "one-time probe shows this machine's AMX kernels crash), on, off",
                        choices=["auto", "on", "off"])
+    flash_attn: str = _opt("auto", "llama.cpp's flash attention: auto (off on CPU-only builds, "
+                           "whose kernel is slow on batches spanning several sequences; "
+                           "llama.cpp's choice with a GPU backend), on, off",
+                           choices=["auto", "on", "off"])
     prompt_cache_mb: int = _opt(256, "host RAM for prompt prefixes evicted from the KV cache, "
                                 "also saved to the models directory at unload and shutdown "
                                 "(0: off)")
