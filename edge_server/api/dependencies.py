@@ -47,20 +47,26 @@ async def off_loop(
     )
 
 
-def _validated(raw: bytes, model: type[RequestModel]) -> RequestModel:
+InvalidBody = Callable[[ValidationError], APIError]
+
+
+def _validated(raw: bytes, model: type[RequestModel], on_invalid: InvalidBody) -> RequestModel:
     body = parse_json_object(raw)
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise from_validation_error(exc) from exc
+        raise on_invalid(exc) from exc
 
 
-async def parse_body(request: Request, model: type[RequestModel]) -> RequestModel:
+async def parse_body(request: Request, model: type[RequestModel],
+                     on_invalid: InvalidBody = from_validation_error) -> RequestModel:
+    """The body parsed and validated (off the event loop when large); `on_invalid` turns
+    a validation error into the 400 a door answers with."""
     raw = await request.body()
     if len(raw) <= _INLINE_BODY_BYTES:
-        parsed = _validated(raw, model)
+        parsed = _validated(raw, model, on_invalid)
     else:
-        parsed = await off_loop(_validated, raw, model)
+        parsed = await off_loop(_validated, raw, model, on_invalid)
     if parsed.model_extra:
         # OpenAI ignores fields it does not know; we do too, but say so in the log.
         log.info("ignored unknown fields on %s: %s", request.url.path, sorted(parsed.model_extra))

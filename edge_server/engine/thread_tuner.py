@@ -109,6 +109,8 @@ class ThreadTuner:
 
     def decode(self, model: LlamaModel, batch: DecodeBatch) -> int:
         """llama_decode of the batch on the chosen thread count, timed for the tuner."""
+        if len(self.candidates) == 1:  # nothing to choose: nothing to time
+            return batch.decode(model.ctx)
         threads = self.choose(batch.size)
         model.set_threads(threads)
         started = time.perf_counter()

@@ -7,24 +7,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..body import parse_json_object
-from ..dependencies import off_loop, serve_with_model
+from ..dependencies import parse_body, serve_with_model
 from ..errors import APIError, from_validation_error
 from .protocol import ITEM_TAGS, ResponsesRequest
 from .serving import ResponsesServing, check_fields
 
 _serving = ResponsesServing()
-_INLINE_BODY_BYTES = 64 * 1024
-
-
-def _validated(raw: bytes) -> ResponsesRequest:
-    body = parse_json_object(raw)
-    try:
-        return ResponsesRequest.model_validate(body)
-    except ValidationError as exc:
-        raise _named(exc) from exc
-
-
 def _named(exc: ValidationError) -> APIError:
     """The error of the deepest field: `input` is a string or a list of items, and the
     list's error is the one that names what is wrong. An item's own kind (the tag that
@@ -42,8 +30,7 @@ def _named(exc: ValidationError) -> APIError:
 
 
 async def create_response(request: Request) -> Response:
-    raw = await request.body()
-    body = _validated(raw) if len(raw) <= _INLINE_BODY_BYTES else await off_loop(_validated, raw)
+    body = await parse_body(request, ResponsesRequest, on_invalid=_named)
     check_fields(body)  # before a model is leased (or loaded) for a request it cannot serve
     return await serve_with_model(
         request, body.model, lambda engine: _serving.create(body, engine, request)
