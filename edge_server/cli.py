@@ -36,9 +36,13 @@ def _store(opts: ServeOptions) -> ModelStore:
 def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-def]
     """Model specs for the pool, and the id of the model to load at start."""
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
+    from .engine.projector import ImageLimits
     from .model_pool import ModelSpec
 
-    def settings(ctx_size: int, template: Path | None) -> EngineSettings:
+    limits = ImageLimits(max_images=opts.max_images, max_bytes=int(opts.max_image_mb * 2**20),
+                         max_pixels=opts.max_image_pixels, fetch_urls=opts.image_urls == "on")
+
+    def settings(ctx_size: int, template: Path | None, mmproj: Path | None) -> EngineSettings:
         return EngineSettings(
             context=ContextSettings(
                 n_ctx=ctx_size or opts.ctx_size,
@@ -57,16 +61,17 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
             prompt_cache_dir=store.models_dir / "prompt-cache" if opts.prompt_cache_mb > 0
             else None,
             prompt_cache_mb=opts.prompt_cache_mb,
+            mmproj=mmproj,
+            image_limits=limits,
         )
 
-    def spec(entry: RegistryEntry, template: Path | None = None) -> ModelSpec:
-        if entry.mmproj:
-            log.warning("model %s: multimodal projectors are not supported yet; image "
-                        "inputs to it are refused", entry.id)
+    def spec(entry: RegistryEntry, template: Path | None = None,
+             mmproj: Path | None = None) -> ModelSpec:
         path = store.local_path(entry)
         return ModelSpec(
             entry.id, path, entry.aliases,
-            settings(entry.ctx_size, template or entry.chat_template_file),
+            settings(entry.ctx_size, template or entry.chat_template_file,
+                     mmproj or store.mmproj_path(entry)),
             keep_alive=entry.keep_alive,
             missing_reason="" if path else store.missing_reason(entry),
         )
@@ -94,9 +99,10 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
         aliases = (name,) if model_id != name and not taken(name) else ()
         entries.append(RegistryEntry(model_id, aliases, path=path))
         default_id = model_id
-    # --chat-template-file overrides the template of the default model only.
+    # --chat-template-file and --mmproj apply to the default model only.
     templates = {default_id: opts.chat_template_file}
-    return [spec(e, templates.get(e.id)) for e in entries], default_id
+    projectors = {default_id: opts.mmproj}
+    return [spec(e, templates.get(e.id), projectors.get(e.id)) for e in entries], default_id
 
 
 def serve(opts: ServeOptions) -> int:
@@ -208,6 +214,18 @@ def _describe(path: Path) -> str:
         lc.llama_model_free(model)
 
 
+def _reads(mmproj: Path | None) -> str:
+    """What a model reads besides text, from its projector's metadata."""
+    if mmproj is None:
+        return ""
+    from .engine.projector_check import projector_modalities
+
+    kinds = projector_modalities(mmproj) if mmproj.is_file() else ()
+    if not kinds:
+        return f"  [projector {mmproj.name} missing or unreadable]"
+    return f"  [reads text, {', '.join(kinds)}]"
+
+
 def list_models(opts: ServeOptions) -> int:
     store = _store(opts)
     print(f"models directory: {store.models_dir}")
@@ -221,7 +239,8 @@ def list_models(opts: ServeOptions) -> int:
             continue
         listed.add(path.resolve())
         size = f"{path.stat().st_size / 1e6:.0f} MB"
-        print(f"{entry.id:28} {'present':15} {size:>9}  {_describe(path)}  {path.name}")
+        print(f"{entry.id:28} {'present':15} {size:>9}  {_describe(path)}  {path.name}"
+              f"{_reads(store.mmproj_path(entry))}")
     for path in store.present_files():
         if path.resolve() not in listed:
             size = f"{path.stat().st_size / 1e6:.0f} MB"

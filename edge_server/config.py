@@ -55,6 +55,15 @@ class ServeOptions:
     parallel: int = _opt(8, "requests decoded together in one batch, per model")
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
     queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")
+    mmproj: Path | None = _opt(None, "multimodal projector GGUF for the default model (from "
+                               "--model): it then reads images (`images`, `image_url`)")
+    image_urls: str = _opt("off", "http(s) image URLs in requests: on fetches them (10 s, "
+                           "--max-image-mb), off refuses them (data URLs only: offline boxes)",
+                           choices=["on", "off"])
+    max_images: int = _opt(8, "images one request may carry")
+    max_image_mb: float = _opt(20.0, "largest image file accepted, in MiB")
+    max_image_pixels: int = _opt(25_000_000, "largest image accepted, in pixels (width x "
+                                 "height); images over 2048 pixels a side are scaled down")
     chat_template_file: Path | None = _opt(
         None, "Jinja chat template overriding the GGUF file's, for the default model")
     n_gpu_layers: int = _opt(-1, "layers offloaded to a GPU backend (default: all; 0: CPU)")

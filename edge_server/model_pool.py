@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from .default_model import DEFAULT_ALIAS
 from .engine import Engine, EngineSettings
+from .engine.projector_check import projector_modalities
 from .engine.scheduler import JobStats
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,13 @@ class ModelSpec:
         except OSError:  # deleted or unreadable since start: still listed, never a 500
             return 0
 
+    def modalities(self) -> tuple[str, ...]:
+        """What the model reads: text, plus what its projector file declares."""
+        mmproj = self.settings.mmproj
+        if mmproj is None:
+            return ("text",)
+        return ("text", *_projector_modalities(mmproj))
+
     def estimated_bytes(self) -> int:
         """Weights plus a margin for the KV cache and buffers, before loading."""
         if self.path is None or not self.path.is_file():
@@ -85,10 +94,20 @@ class _Loaded:
     last_used: float = field(default_factory=time.monotonic)
 
 
+@functools.lru_cache(maxsize=64)
+def _projector_modalities(path: Path) -> tuple[str, ...]:
+    return projector_modalities(path)
+
+
 def _public_reason(exc: Exception) -> str:
     """The kind of failure without file paths, for clients."""
     name = type(exc).__name__
-    return "the model file could not be loaded" if "Load" in name else "see the server log"
+    if "Load" in name:
+        # A projector's problem is the operator's to fix and names no path: say it.
+        text = str(exc)
+        return text if text.startswith("multimodal projector") else (
+            "the model file could not be loaded")
+    return "see the server log"
 
 
 def physical_memory() -> int:

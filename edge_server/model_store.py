@@ -13,7 +13,9 @@ Registry file, one table per model:
     # path = "/srv/models/x.gguf"           # ... or a local file instead
     ctx_size = 4096
     chat_template_file = "templates/gemma3.jinja"  # relative to the registry file
-    mmproj = "mmproj.gguf"                  # multimodal projector (recorded; see README)
+    mmproj = "mmproj-model-f16.gguf"        # multimodal projector: a file of the same repo
+                                            # (pulled with the model), or with `path` a
+                                            # local file (relative to the registry file)
     keep_alive = 600                        # seconds; overrides the server default
 """
 
@@ -117,7 +119,7 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
             sha256=str(sha).lower() if sha else None,
             ctx_size=int(raw.get("ctx_size", 0)),
             chat_template_file=(path.parent / template) if template else None,
-            mmproj=raw.get("mmproj"),
+            mmproj=_mmproj(raw, path),
             keep_alive=float(raw["keep_alive"]) if "keep_alive" in raw else None,
         ))
     names = [n for e in entries for n in e.names]
@@ -125,6 +127,19 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
     if duplicates:
         raise RegistryError(f"{path.name}: names used twice: {sorted(duplicates)}")
     return entries
+
+
+def _mmproj(raw: dict[str, Any], registry: Path) -> str | None:
+    """A repo model's projector is a file name in its repo; a local model's is a path,
+    made absolute here (relative ones are relative to the registry file)."""
+    value = raw.get("mmproj")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise RegistryError(f"{registry.name}: mmproj must be a file name or path")
+    if raw.get("repo"):
+        return value
+    return str(registry.parent / Path(value).expanduser())
 
 
 def sha256_of(path: Path) -> str:
@@ -153,6 +168,14 @@ class ModelStore:
         path = entry.path if entry.path is not None else self.hub_path(entry.repo or "",
                                                                        entry.file or "")
         return path if path.is_file() else None
+
+    def mmproj_path(self, entry: RegistryEntry) -> Path | None:
+        """Where the entry's projector file should be (None: the model has none)."""
+        if entry.mmproj is None:
+            return None
+        if entry.repo is not None:
+            return self.hub_path(entry.repo, entry.mmproj)
+        return Path(entry.mmproj)
 
     def missing_reason(self, entry: RegistryEntry) -> str:
         if entry.path is not None:
@@ -197,7 +220,10 @@ class ModelStore:
             return default_model_path()
         if entry.repo is None or entry.file is None:
             raise PullError(f"model `{entry.id}` is a local file, nothing to pull")
-        return self.pull(entry.repo, entry.file, revision=entry.revision, sha256=entry.sha256)
+        path = self.pull(entry.repo, entry.file, revision=entry.revision, sha256=entry.sha256)
+        if entry.mmproj is not None:  # the projector comes with its model
+            self.pull(entry.repo, entry.mmproj, revision=entry.revision)
+        return path
 
     def present_files(self) -> list[Path]:
         """GGUF files under the models directory, whether or not the registry names them."""

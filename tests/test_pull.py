@@ -4,6 +4,7 @@ them; corrupted downloads and checksum mismatches are refused; offline behaviour
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from local_hub import LocalHub
 from edge_server.default_model import default_model_path
 
 REPO, FILE = "edge-test/tiny-chat-GGUF", "tiny-chat.Q4_1.gguf"
+MMPROJ = "mmproj-tiny.gguf"
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +27,20 @@ def gguf_bytes() -> bytes:
     return default_model_path().read_bytes()
 
 
+@pytest.fixture(scope="module")
+def projector_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    spec = importlib.util.spec_from_file_location(
+        "make_test_projector", ROOT / "scripts" / "make_test_projector.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.write_projector(tmp_path_factory.mktemp("mmproj") / "p.gguf").read_bytes()
+
+
 @pytest.fixture()
-def hub(gguf_bytes: bytes) -> Iterator[LocalHub]:
-    files = {(REPO, FILE): gguf_bytes, ("edge-test/broken", FILE): gguf_bytes}
+def hub(gguf_bytes: bytes, projector_bytes: bytes) -> Iterator[LocalHub]:
+    files = {(REPO, FILE): gguf_bytes, ("edge-test/broken", FILE): gguf_bytes,
+             (REPO, MMPROJ): projector_bytes}
     with LocalHub(files, corrupt={("edge-test/broken", FILE)}) as running:
         yield running
 
@@ -87,6 +100,20 @@ def test_registry_id_pull_with_checksum(hub: LocalHub, gguf_bytes: bytes,
     assert refused.returncode == 1
     assert "checksum mismatch" in refused.stderr
     assert not (tmp_path / "models" / REPO / FILE).exists()  # the bad file is deleted
+
+
+def test_pull_fetches_the_projector_with_its_model(hub: LocalHub, tmp_path: Path) -> None:
+    registry = tmp_path / "registry.toml"
+    registry.write_text(f'[[models]]\nid = "tiny-vision"\nrepo = "{REPO}"\nfile = "{FILE}"\n'
+                        f'mmproj = "{MMPROJ}"\n')
+    env = hub_env(hub, tmp_path, EDGE_SERVER_REGISTRY=str(registry))
+    done = pull(env, "tiny-vision")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "models" / REPO / MMPROJ).is_file()
+    listing = subprocess.run([sys.executable, "-m", "edge_server", "models"], env=env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    line = next(x for x in listing.splitlines() if x.startswith("tiny-vision"))
+    assert "present" in line and "reads text, image" in line
 
 
 def test_corrupted_download_is_refused(hub: LocalHub, tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ class ModelCard(BaseModel):
     owned_by: str = "edge_server"
     aliases: list[str]
     status: Literal["loaded", "available", "not_downloaded"]
+    # What requests to it may carry: "text", plus "image" / "audio" with a projector.
+    input_modalities: list[str]
 
 
 class ModelList(BaseModel):
@@ -42,7 +44,7 @@ def _card(models: ModelPool, spec: ModelSpec) -> ModelCard:
     status = ("loaded" if models.is_loaded(spec.id)
               else "available" if spec.path else "not_downloaded")
     return ModelCard(id=spec.id, created=spec.created(), aliases=list(spec.aliases),
-                     status=status)
+                     status=status, input_modalities=list(spec.modalities()))
 
 
 def _json(body: BaseModel, status: int = 200) -> JSONResponse:

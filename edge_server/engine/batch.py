@@ -69,3 +69,37 @@ class DecodeBatch:
         """Run llama_decode over the batch: 0 ok, 1 no room in the KV cache, <0 error."""
         self.struct.n_tokens = self.size
         return int(lc.llama_decode(ctx, self.struct))
+
+
+def decode_embeddings(ctx: lc.llama_context_p, embd: np.ndarray, first_position: int,
+                      seq_id: int, n_batch: int) -> int:
+    """llama_decode over rows of input embeddings (an image's tokens) of one sequence,
+    `n_batch` rows per call; returns 0 or llama_decode's first non-zero status."""
+    n_rows = embd.shape[0]
+    embd = np.ascontiguousarray(embd, dtype=np.float32)
+    positions = np.arange(first_position, first_position + n_rows, dtype=np.int32)
+    n_seq_ids = np.ones(n_rows, dtype=np.int32)
+    seq_ids = np.full(n_rows, seq_id, dtype=np.int32)
+    want_logits = np.zeros(n_rows, dtype=np.int8)
+    rows = (ctypes.POINTER(lc.llama_seq_id) * n_rows)()
+    base = seq_ids.ctypes.data
+    for i in range(n_rows):
+        rows[i] = ctypes.cast(base + 4 * i, ctypes.POINTER(lc.llama_seq_id))
+    for start in range(0, n_rows, n_batch):
+        count = min(n_batch, n_rows - start)
+        batch = lc.llama_batch()
+        batch.n_tokens = count
+        batch.token = None
+        batch.embd = ctypes.cast(embd.ctypes.data + 4 * embd.shape[1] * start,
+                                 ctypes.POINTER(ctypes.c_float))
+        batch.pos = ctypes.cast(positions.ctypes.data + 4 * start, ctypes.POINTER(lc.llama_pos))
+        batch.n_seq_id = ctypes.cast(n_seq_ids.ctypes.data + 4 * start,
+                                     ctypes.POINTER(ctypes.c_int32))
+        batch.seq_id = ctypes.cast(ctypes.addressof(rows) + ctypes.sizeof(rows[0]) * start,
+                                   ctypes.POINTER(ctypes.POINTER(lc.llama_seq_id)))
+        batch.logits = ctypes.cast(want_logits.ctypes.data + start,
+                                   ctypes.POINTER(ctypes.c_int8))
+        status = int(lc.llama_decode(ctx, batch))
+        if status != 0:
+            return status
+    return 0

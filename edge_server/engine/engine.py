@@ -13,9 +13,11 @@ import llama_cpp as lc
 
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
 from .embedder import Embedder, EmbeddingPlan, EmbeddingSettings, plan_embeddings
-from .llama_model import ContextSettings, LlamaModel, Vocab
+from .llama_model import ContextSettings, LlamaModel, ModelLoadError, Vocab
+from .projector import ImageChunk, ImageLimits, Projector, RgbImage
+from .projector_check import ProjectorError
 from .prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
-from .request import EngineError, GenerationRequest, RequestHandle
+from .request import EngineError, GenerationRequest, ImageSpan, RequestHandle
 from .scheduler import Scheduler, SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,24 @@ class EngineSettings:
     prompt_cache_dir: Path | None = None  # where prompt caches outlive the process
     prompt_cache_mb: int = 256  # host RAM (and disk) for prefixes evicted from the KV cache
     embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    mmproj: Path | None = None  # multimodal projector: the model then reads images
+    image_limits: ImageLimits = field(default_factory=ImageLimits)
+
+
+@dataclass
+class PromptTokens:
+    tokens: list[int] = field(default_factory=list)
+    images: list[ImageSpan] = field(default_factory=list)
+
+    def add(self, pieces: list[int] | list[int | ImageChunk]) -> None:
+        for piece in pieces:
+            if isinstance(piece, ImageChunk):
+                self.images.append(ImageSpan(len(self.tokens), piece))
+                self.tokens += piece.placeholders
+            elif isinstance(piece, list):
+                self.tokens += piece
+            else:
+                self.tokens.append(piece)
 
 
 def control_token_texts(vocab: Vocab) -> list[str]:
@@ -82,8 +102,22 @@ class Engine:
         store = PromptStore(settings.prompt_cache_mb * 1024 * 1024)
         for entry in self._saved_prompts():
             store.put(entry)
-        self.scheduler = Scheduler(self.model, settings.scheduler, store)
+        self.projector: Projector | None = None
+        if settings.mmproj is not None:
+            try:
+                self.projector = Projector(settings.mmproj, self.model,
+                                           use_gpu=settings.context.n_gpu_layers != 0
+                                           and bool(lc.llama_supports_gpu_offload()))
+            except ProjectorError as exc:
+                raise ModelLoadError(f"multimodal projector {settings.mmproj.name}: {exc}"
+                                     ) from exc
+        self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector)
         self.scheduler.start()
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """What the model reads besides text: ("image",), ("image", "audio") or ()."""
+        return self.projector.modalities if self.projector is not None else ()
 
     @property
     def n_ctx(self) -> int:
@@ -141,14 +175,50 @@ class Engine:
         if not rendered.literals:
             return self.tokenize(text, add_special=add_bos)
         tokens = [self.vocab.bos] if add_bos and self.vocab.add_bos and self.vocab.bos >= 0 else []
-        sentinels = "[" + "".join(rendered.literals) + "]"
+        return tokens + self._chat_text_tokens(text, rendered.literals)
+
+    def _chat_text_tokens(self, text: str, literals: dict[str, str]) -> list[int]:
+        if not literals:
+            return self.vocab.tokenize(text, add_special=False, parse_special=True)
+        tokens: list[int] = []
+        sentinels = "[" + "".join(literals) + "]"
         for piece in re.split(f"({sentinels})", text):
-            if piece in rendered.literals:
-                literal = rendered.literals[piece]
-                tokens += self.vocab.tokenize(literal, add_special=False, parse_special=False)
+            if piece in literals:
+                tokens += self.vocab.tokenize(literals[piece], add_special=False,
+                                              parse_special=False)
             elif piece:
                 tokens += self.vocab.tokenize(piece, add_special=False, parse_special=True)
         return tokens
+
+    def tokenize_chat_images(self, rendered: RenderedChat,
+                             images: dict[str, RgbImage]) -> PromptTokens:
+        """tokenize_chat for a prompt whose text holds image sentinels (keys of
+        `images`): each becomes the image's tokens as the projector lays them out."""
+        assert self.projector is not None
+        prompt = PromptTokens()
+        pattern = "(" + "|".join(re.escape(k) for k in images) + ")"
+        for i, piece in enumerate(re.split(pattern, rendered.text)):
+            if piece in images:
+                prompt.add(self.projector.image_prompt(images[piece]))
+            elif i == 0:
+                prompt.add(self.tokenize_chat(RenderedChat(piece, rendered.literals)))
+            elif piece:
+                prompt.add(self._chat_text_tokens(piece, rendered.literals))
+        return prompt
+
+    def tokenize_images(self, pieces: list[str | RgbImage]) -> PromptTokens:
+        """A raw prompt of text (special tokens parsed, as raw prompts are) and images;
+        the model's BOS, if it wants one, before the first piece."""
+        assert self.projector is not None
+        prompt = PromptTokens()
+        for i, piece in enumerate(pieces):
+            if isinstance(piece, RgbImage):
+                if i == 0:
+                    prompt.add(self.tokenize("", add_special=True))
+                prompt.add(self.projector.image_prompt(piece))
+            elif piece or i == 0:
+                prompt.add(self.tokenize(piece, add_special=i == 0))
+        return prompt
 
     def submit(self, request: GenerationRequest) -> RequestHandle:
         return self.scheduler.submit(request)
@@ -180,6 +250,9 @@ class Engine:
     def stats(self) -> dict[str, int]:
         embedder = self._embedder
         extra = embedder.stats() if embedder is not None else {}
+        if self.projector is not None:
+            extra["images_encoded"] = self.projector.images_encoded
+            extra["image_encodes_skipped"] = self.projector.encodes_skipped
         return {**self.scheduler.stats(), **extra}
 
     def stalled_for(self) -> float:
@@ -199,4 +272,6 @@ class Engine:
             self._save_prompts()
         except Exception:  # a full disk must not keep the model from unloading
             log.exception("could not save prompt caches")
+        if self.projector is not None:
+            self.projector.close()
         self.model.close()

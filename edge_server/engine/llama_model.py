@@ -25,7 +25,7 @@ _LEVEL_WARN, _LEVEL_ERROR = 3, 4  # ggml_log_level
 
 
 @lc.llama_log_callback
-def _forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     # llama.cpp narrates every load at INFO on stderr; keep only its warnings and errors.
     if level in (_LEVEL_WARN, _LEVEL_ERROR):
         message = text.decode("utf-8", errors="replace").rstrip()
@@ -37,7 +37,7 @@ def init_backend() -> None:
     """Initialise llama.cpp's backends once per process, with its log routed to ours."""
     global _backend_ready
     if not _backend_ready:
-        lc.llama_log_set(_forward_llama_log, ctypes.c_void_p(0))
+        lc.llama_log_set(forward_llama_log, ctypes.c_void_p(0))
         lc.llama_backend_init()
         _backend_ready = True
 
@@ -176,6 +176,7 @@ class LlamaModel:
         self.memory = lc.llama_get_memory(ctx)
         self.n_ctx: int = lc.llama_n_ctx(ctx)
         self.n_batch: int = lc.llama_n_batch(ctx)
+        self.n_embd: int = lc.llama_model_n_embd_inp(model)  # width of input embeddings
         self.n_seq_max: int = lc.llama_n_seq_max(ctx)
         self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells of one sequence's stream
         # What saved sequence states depend on besides the model file.

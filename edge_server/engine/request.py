@@ -12,7 +12,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from .logprobs import TokenLogprob
+from .projector import ImageChunk
 from .sampling import SamplingParams
+
+
+@dataclass
+class ImageSpan:
+    """An image inside a prompt: its tokens are `chunk.placeholders`, from `start`."""
+
+    start: int
+    chunk: ImageChunk
+
+    @property
+    def end(self) -> int:
+        return self.start + self.chunk.n_tokens
 
 
 @dataclass
@@ -25,6 +38,7 @@ class GenerationRequest:
     n: int = 1  # choices sharing this prompt's KV cache
     logprobs: int | None = None  # None: none; k: chosen token's logprob plus the top k
     prompt_logprobs: bool = False  # also score every prompt token (echo with logprobs)
+    images: list[ImageSpan] = field(default_factory=list)  # in prompt order
 
     def check(self, *, n_ctx: int, n_vocab: int) -> None:
         """Refuses what the engine cannot serve: out-of-vocabulary ids, more tokens than
@@ -32,7 +46,10 @@ class GenerationRequest:
         tokens = self.prompt_tokens
         if not tokens:
             raise EngineError("the prompt is empty", status=400, code="invalid_prompt")
-        if any(not 0 <= t < n_vocab for t in tokens):
+        if self.images:
+            self._check_images()
+        text = [t for t in tokens if t >= 0] if self.images else tokens
+        if any(not 0 <= t < n_vocab for t in text):
             raise EngineError("the prompt holds a token id outside the vocabulary", status=400)
         if not 1 <= self.n <= 128:
             raise EngineError("n must be between 1 and 128", status=400)
@@ -46,6 +63,28 @@ class GenerationRequest:
                 status=400,
                 code="context_length_exceeded",
             )
+
+    def _check_images(self) -> None:
+        """Image placeholders sit exactly where the spans say, and text ends the prompt
+        (its last token's logits give the first completion token)."""
+        tokens, at = self.prompt_tokens, 0
+        for span in self.images:
+            if span.start < at or tokens[span.start : span.end] != span.chunk.placeholders:
+                raise EngineError("image spans do not match the prompt", status=400)
+            at = span.end
+        if at >= len(tokens):
+            raise EngineError("the prompt must go on with text after its last image",
+                              status=400, code="invalid_prompt")
+        if sum(1 for t in tokens if t < 0) != sum(s.chunk.n_tokens for s in self.images):
+            raise EngineError("the prompt holds a token id outside the vocabulary", status=400)
+        if self.prompt_logprobs:
+            raise EngineError("prompt tokens of a prompt with images cannot be scored",
+                              status=400, code="invalid_request")
+
+    def close(self) -> None:
+        """Frees the prepared images (the engine is done with the request)."""
+        for span in self.images:
+            span.chunk.close()
 
 
 @dataclass

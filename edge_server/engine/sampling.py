@@ -135,7 +135,8 @@ class SamplerChain:
         """Let the penalties see the prompt, as repetition penalty is documented to."""
         if self._penalties is not None:
             for token in prompt_tokens:
-                lc.llama_sampler_accept(self._penalties, token)
+                if token >= 0:  # image placeholders are not tokens of the vocabulary
+                    lc.llama_sampler_accept(self._penalties, token)
 
     def sample(self, ctx: lc.llama_context_p, batch_row: int) -> int:
         if self._grammar is None:

@@ -22,14 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .batch import DecodeBatch
-from .jobs import Choice, Job, JobStats, choice_seed
-from .kv_slots import PrefixSource, Slot, SlotTable, common_prefix
+from .image_prefill import decode_image, image_at, text_end
+from .jobs import Choice, Job, JobStats
+from .kv_slots import Slot, SlotTable
 from .llama_model import LlamaModel
 from .logprobs import score_rows, token_logprob
+from .projector import Projector
 from .prompt_store import PromptStore
 from .request import DONE_MARKER, ChoiceDelta, EngineError, GenerationRequest, RequestHandle
-from .sampling import GrammarError, SamplerChain, resolve_seed
-from .text_stream import TextStream
+from .sampling import GrammarError
+from .seating import add_choices, open_job, resolve_wait, seat_pending_choices
 from .thread_tuner import ThreadTuner
 from .waiting import WaitingQueue
 
@@ -40,8 +42,6 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 # llama.cpp's grammar parser and sampler setup recurse in C on this thread: give it a
 # stack far deeper than any bounded grammar needs (virtual memory, touched on demand).
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
-# Waiting for a slot that is evaluating the same prefix pays off from this many tokens.
-_MIN_SHARED_PREFIX = 64
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,9 @@ class SchedulerSettings:
 
 class Scheduler:
     def __init__(self, model: LlamaModel, settings: SchedulerSettings,
-                 store: PromptStore) -> None:
+                 store: PromptStore, projector: Projector | None = None) -> None:
         self.model = model
+        self.projector = projector
         self.vocab = model.vocab
         self.settings = settings
         self.kv = SlotTable(model, store)
@@ -150,6 +151,7 @@ class Scheduler:
         self._admit()
         self._resolve_waits()
         self._seat_pending_choices()
+        self._decode_next_image()
         if not self._jobs:
             return
         batch = self._batch
@@ -177,8 +179,9 @@ class Scheduler:
                 break
             if job.prefilling and job.wait_for is None:
                 end, first_row = self._add_prompt_chunk(job, budget)
-                budget -= end - job.prefill_at
-                prefill_spans.append((job, end, first_row))
+                if end > job.prefill_at:
+                    budget -= end - job.prefill_at
+                    prefill_spans.append((job, end, first_row))
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
 
@@ -207,10 +210,14 @@ class Scheduler:
         self._finish_done_jobs()
 
     def _add_prompt_chunk(self, job: Job, budget: int) -> tuple[int, int]:
+        """Adds the job's next text chunk (up to its next image) to the batch; returns
+        where it ends and its first row (end == prefill_at: an image comes first)."""
         prompt = job.request.prompt_tokens
-        end = min(len(prompt), job.prefill_at + budget)
+        end = text_end(job.request, job.prefill_at, min(len(prompt), job.prefill_at + budget))
         batch = self._batch
         first_row = batch.size
+        if end == job.prefill_at:
+            return end, first_row
         row = batch.add_span(prompt[job.prefill_at : end], job.prefill_at, job.slot.seq_id,
                              logits_last=end == len(prompt))
         if job.request.prompt_logprobs:
@@ -218,6 +225,29 @@ class Scheduler:
         if end == len(prompt):
             job.prompt_row = row
         return end, first_row
+
+    def _decode_next_image(self) -> None:
+        """Decodes the first image a prefilling job has reached: one per step, so other
+        sequences keep getting tokens while a long prompt's images are encoded."""
+        for job in self._jobs:
+            if not job.prefilling or job.wait_for is not None or not job.request.images:
+                continue
+            span = image_at(job.request, job.prefill_at)
+            if span is None:
+                continue
+            if span.start < job.prefill_at:  # never expected: restart the image whole
+                self.kv.trim(job.slot, span.start)
+                job.prefill_at = len(job.slot.cached)
+                continue
+            assert self.projector is not None
+            error = decode_image(self.model, self.projector, span, job.slot.seq_id)
+            self.kv.decoded()
+            if error is not None:
+                self._abort(job, error)
+            else:
+                job.slot.cached.extend(span.chunk.placeholders)
+                job.prefill_at = span.end
+            return
 
     @staticmethod
     def _record_decoded(choice: Choice, token: int) -> None:
@@ -317,42 +347,10 @@ class Scheduler:
             self._start_job(handle, free, others_waiting=len(waiting) - i - 1)
 
     def _start_job(self, handle: RequestHandle, free: list[Slot], others_waiting: int) -> None:
-        request = handle.request
-        prompt = request.prompt_tokens
-        slot = self.kv.choose(free, prompt)
-        slot.busy = True
-        # Keep at least the last prompt token to evaluate: its logits give the first
-        # token. Prompt logprobs need every token evaluated.
-        limit = 0 if request.prompt_logprobs else len(prompt) - 1
-        source = self.kv.best_source(prompt, slot)
-        job = Job(request, handle, slot, [], prefill_at=0)
-        upcoming, shared = self.kv.upcoming_source(prompt)
-        if upcoming is not None and min(shared, limit) >= source.length + _MIN_SHARED_PREFIX:
-            job.wait_for = (upcoming, min(shared, limit))  # evaluate it once, then copy
-        else:
-            job.prefill_at = self.kv.fill(slot, prompt, source, limit=limit)
-            slot.target = list(prompt)  # later identical prompts may wait for this one
-        handle.usage.cached_tokens = job.prefill_at
+        job = open_job(self.kv, handle, free)
         self._jobs.append(job)
-        base_seed = resolve_seed(request.sampling.seed)
-        # Siblings take free slots (least recently used last, for pop) only while nobody
-        # else waits for one.
-        spare = [] if others_waiting else sorted(
-            (s for s in free if s is not slot), key=lambda s: (bool(s.cached), s.last_used),
-            reverse=True)
         try:
-            for i in range(request.n):
-                sampler = SamplerChain(request.sampling, self.vocab, n_ctx=self.model.n_ctx_seq,
-                                       seed=choice_seed(base_seed, i))
-                stream = TextStream(request.stop, include_stop=request.include_stop)
-                choice = Choice(i, sampler, stream)
-                job.choices.append(choice)
-                sampler.prime(prompt)
-                if i == 0:
-                    choice.slot = slot
-                elif spare:
-                    choice.slot = spare.pop()
-                    choice.slot.busy = True
+            add_choices(job, self.model, self.vocab, free, others_waiting)
         except GrammarError as exc:
             self._abort(job, EngineError(str(exc), status=400, code="invalid_grammar"))
         except Exception:
@@ -360,56 +358,19 @@ class Scheduler:
             self._abort(job, EngineError("internal engine error", status=500))
 
     def _resolve_waits(self) -> None:
-        """Jobs waiting for a shared prefix copy it once their source has evaluated it
-        (or evaluate it themselves if the source went away)."""
         for job in self._jobs:
-            if job.wait_for is None:
-                continue
-            source, length = job.wait_for
-            prompt = job.request.prompt_tokens
-            if not self.kv.can_copy_from(source):
-                continue  # its own copy lands with the next decode
-            if common_prefix(source.cached, prompt) >= length:
-                found = PrefixSource(length, slot=source)
-            elif source.target[:length] == prompt[:length]:
-                continue  # still evaluating it
-            else:
-                found = self.kv.best_source(prompt, job.slot)
-            job.wait_for = None
-            limit = 0 if job.request.prompt_logprobs else len(prompt) - 1
-            job.prefill_at = self.kv.fill(job.slot, prompt, found, limit=limit)
-            job.handle.usage.cached_tokens = job.prefill_at
-            job.slot.target = list(prompt)
+            if job.wait_for is not None:
+                resolve_wait(self.kv, job)
 
     def _seat_pending_choices(self) -> None:
-        """Choices beyond the free slots start on their request's own sequences as its
-        earlier choices finish, or on free slots nobody else waits for (shared fairly
-        among the requests that have choices waiting)."""
-        ready = [j for j in self._jobs
-                 if j.pending_choices() and not j.prefilling and j.wait_for is None]
+        # Free slots go to waiting choices only while no new request waits for one.
         free = [] if len(self._waiting) else self.kv.free_slots()
-        share = -(-len(free) // len(ready)) if ready else 0
-        for job in ready:
-            pending = job.pending_choices()
-            prompt = job.request.prompt_tokens
-            done_slots = [s for s in job.slots
-                          if not any(c.slot is s and not c.finished for c in job.choices)]
-            extra = free[: max(0, min(share, len(pending) - len(done_slots)))]
-            free = free[len(extra):]
-            for slot, choice in zip(done_slots + extra, pending, strict=False):
-                slot.busy = True
-                if common_prefix(slot.cached, prompt) < len(prompt) - 1:
-                    self.kv.copy_prefix(job.slot, slot, len(prompt) - 1)
-                else:
-                    self.model.seq_remove(slot.seq_id, len(prompt) - 1, -1)
-                    del slot.cached[len(prompt) - 1 :]
-                choice.slot = slot
-                choice.position = len(prompt) - 1
-                choice.first_from = prompt[-1]
+        seat_pending_choices(self.kv, self.model, self._jobs, free)
 
     def _release(self, job: Job) -> None:
         for choice in job.choices:
             choice.sampler.close()
+        job.request.close()
         for slot in job.slots:
             self.kv.release(slot)
         self._jobs.remove(job)

@@ -4,12 +4,17 @@ engine.chat_template). Synchronous and CPU-bound: callers run it off the event l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine import Engine
 from ...engine.chat_template import TemplateError
+from ...engine.projector import RgbImage
+from ...engine.projector_check import ProjectorError
+from ...engine.request import ImageSpan
 from ..errors import invalid, unsupported
+from ..images import check_image_count, decode_image_url
 from ..prompt_bounds import check_prompt_bytes, too_long
 from . import tools as tooling
 from .protocol import ChatMessage, Tool
@@ -19,9 +24,54 @@ from .protocol import ChatMessage, Tool
 class ChatPrompt:
     text: str  # as rendered (control texts of caller strings stand as sentinels)
     tokens: list[int]
+    images: list[ImageSpan] = field(default_factory=list)
 
 
-def _message_text(message: ChatMessage, index: int) -> str:
+class _Images:
+    """Images of a chat's content parts, decoded and checked; each stands in the text
+    as a sentinel no caller can write (a per-request random name)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.by_sentinel: dict[str, RgbImage] = {}
+        self._nonce = secrets.token_hex(8)
+
+    def sentinel(self, url: Any, param: str) -> str:
+        if isinstance(url, dict):
+            detail = url.get("detail", "auto")
+            if detail not in ("auto", "low", "high"):
+                raise invalid(f"{param}.detail", "detail must be auto, low or high")
+            url = url.get("url")
+        image = decode_image_url(url, self.engine.settings.image_limits, f"{param}.url")
+        key = f"\ue000image-{self._nonce}-{len(self.by_sentinel)}\ue001"
+        self.by_sentinel[key] = image
+        return key
+
+
+def _check_media(messages: list[ChatMessage], engine: Engine) -> None:
+    """Refuses, by name, content parts this model cannot read, before any is decoded."""
+    count = 0
+    for i, message in enumerate(messages):
+        if isinstance(message.content, str) or message.content is None:
+            continue
+        for j, part in enumerate(message.content):
+            param = f"messages[{i}].content[{j}].{part.type}"
+            if part.type == "text":
+                continue
+            if part.type == "image_url" and "image" in engine.modalities:
+                count += 1
+                continue
+            if part.type == "video_url":
+                raise unsupported(param, "is not supported: send frames as images")
+            if part.type == "input_audio" and engine.projector is not None:
+                raise unsupported(param, "needs a model whose projector reads audio; this "
+                                  "server reads images only")
+            raise unsupported(
+                param, "needs a model with a multimodal projector; this one is text-only")
+    check_image_count(count, engine.settings.image_limits, "messages")
+
+
+def _message_text(message: ChatMessage, index: int, images: _Images) -> str:
     content = message.content
     if content is None:
         return ""
@@ -29,24 +79,26 @@ def _message_text(message: ChatMessage, index: int) -> str:
         return content
     texts = []
     for j, part in enumerate(content):
-        if part.type != "text":
-            raise unsupported(
-                f"messages[{index}].content[{j}].{part.type}",
-                "needs a model with a multimodal projector; this one is text-only",
-            )
-        texts.append(part.text or "")
+        if part.type == "image_url":
+            texts.append(images.sentinel(part.image_url,
+                                         f"messages[{index}].content[{j}].image_url"))
+        else:
+            texts.append(part.text or "")
     return "\n".join(texts)
 
 
 def template_messages(
-    messages: list[ChatMessage], engine: Engine, tools: list[Tool]
+    messages: list[ChatMessage], engine: Engine, tools: list[Tool],
+    images: _Images | None = None,
 ) -> list[dict[str, Any]]:
     """Messages as Jinja chat templates expect them: plain dicts with string content, and
     tool calls with their arguments as objects (as Hugging Face templates expect)."""
     template = engine.chat_template
+    images = images or _Images(engine)
+    _check_media(messages, engine)
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        text = _message_text(message, i)
+        text = _message_text(message, i, images)
         role = "system" if message.role == "developer" else message.role
         item: dict[str, Any] = {"role": role, "content": text}
         if message.name:
@@ -95,7 +147,8 @@ def chat_prompt(
             "messages",
             f"{len(messages)} messages cannot fit the context of {engine.n_ctx} tokens.",
         )
-    items = template_messages(messages, engine, tools)
+    images = _Images(engine)
+    items = template_messages(messages, engine, tools, images)
     variables: dict[str, Any] = {"enable_thinking": enable_thinking}
     if tools and engine.chat_template.renders_tools:
         variables["tools"] = tooling.tool_specs(tools)
@@ -106,4 +159,14 @@ def chat_prompt(
     except TemplateError as exc:
         raise invalid("messages", str(exc), "invalid_messages") from exc
     check_prompt_bytes(rendered.text, engine, "messages")
-    return ChatPrompt(rendered.text, engine.tokenize_chat(rendered))
+    if not images.by_sentinel:
+        return ChatPrompt(rendered.text, engine.tokenize_chat(rendered))
+    for key in images.by_sentinel:
+        if rendered.text.count(key) != 1:  # a template that drops or repeats content
+            raise invalid("messages", "the chat template did not place each image once")
+    try:
+        prompt = engine.tokenize_chat_images(rendered, images.by_sentinel)
+    except ProjectorError as exc:
+        raise invalid("messages", f"an image could not be prepared: {exc}",
+                      "invalid_image") from exc
+    return ChatPrompt(rendered.text, prompt.tokens, prompt.images)

@@ -96,6 +96,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         include_stop=bool(req.include_stop_str_in_output),
         n=req.n or 1,
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+        images=prompt.images,
     )
     mode = None
     if tools:

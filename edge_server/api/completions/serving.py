@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine import Engine, GenerationRequest
 from ...engine.logprobs import TokenLogprob
-from ...engine.request import RequestHandle
+from ...engine.projector import RgbImage
+from ...engine.projector_check import ProjectorError
+from ...engine.request import ImageSpan, RequestHandle
 from ..dependencies import off_loop
 from ..errors import invalid, unsupported
+from ..images import check_image_count, decode_image_url
 from ..logprobs_format import completion_logprobs
 from ..prompt_bounds import check_prompt_bytes, check_token_count
 from ..serving_common import (
@@ -43,12 +46,14 @@ from .protocol import (
 )
 
 DEFAULT_MAX_TOKENS = 16
+IMAGE_MARKER = "<image>"  # where each of `images` goes in the prompt (Fireworks' API)
 
 
 @dataclass
 class _Prompt:
     tokens: list[int]
     text: str  # what `echo` returns
+    images: list[ImageSpan] = field(default_factory=list)
 
 
 @dataclass
@@ -65,15 +70,41 @@ def _check_fields(req: CompletionRequest) -> None:
             raise invalid("best_of", f"best_of ({req.best_of}) must be at least n ({n})")
         if req.stream and req.best_of > n:
             raise invalid("best_of", "best_of cannot be streamed")
-    if req.images:
-        raise unsupported(
-            "images", "needs a model with a multimodal projector; this one is text-only"
-        )
     if req.suffix is not None and not isinstance(req.prompt, str):
         raise invalid("suffix", "suffix needs a single string prompt")
 
 
+def _image_prompt(req: CompletionRequest, engine: Engine) -> _Prompt:
+    """A string prompt with one `<image>` per entry of `images`."""
+    if "image" not in engine.modalities:
+        raise unsupported(
+            "images", "needs a model with a multimodal projector; this one is text-only")
+    limits = engine.settings.image_limits
+    check_image_count(len(req.images or []), limits, "images")
+    if not isinstance(req.prompt, str):
+        raise invalid("prompt", "a prompt with images must be one string")
+    for name, given in (("suffix", req.suffix is not None), ("echo", bool(req.echo))):
+        if given:
+            raise invalid(name, f"{name} cannot be combined with images")
+    check_prompt_bytes(req.prompt, engine, "prompt")
+    texts = req.prompt.split(IMAGE_MARKER)
+    if len(texts) - 1 != len(req.images or []):
+        raise invalid("images", f"{len(req.images or [])} images for {len(texts) - 1} "
+                      f"`{IMAGE_MARKER}` markers in the prompt; give one image per marker")
+    pieces: list[str | RgbImage] = [texts[0]]
+    for k, (url, text) in enumerate(zip(req.images or [], texts[1:], strict=True)):
+        pieces += [decode_image_url(url, limits, f"images[{k}]"), text]
+    try:
+        prompt = engine.tokenize_images(pieces)
+    except ProjectorError as exc:
+        raise invalid("images", f"an image could not be prepared: {exc}",
+                      "invalid_image") from exc
+    return _Prompt(prompt.tokens, req.prompt, prompt.images)
+
+
 def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
+    if req.images:
+        return [_image_prompt(req, engine)]
     raw = req.prompt
     if isinstance(raw, str):
         items: list[str | list[int]] = [raw]
@@ -146,6 +177,7 @@ def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
             n=candidates,
             logprobs=scored,
             prompt_logprobs=bool(req.echo and req.logprobs is not None),
+            images=p.images,
         )
         for p in prompts
     ]

@@ -1,0 +1,55 @@
+"""Images inside the step loop: where a prompt's text chunks must stop, and the decode
+of one image's embeddings into its sequence.
+
+Text chunks of a prompt go into the step's shared token batch; an image goes through
+a llama_decode of its own (a batch of embeddings cannot hold tokens), one image per step
+so that the other sequences get their next token between images.
+"""
+
+from __future__ import annotations
+
+from .batch import decode_embeddings
+from .llama_model import LlamaModel
+from .projector import Projector
+from .request import EngineError, GenerationRequest, ImageSpan
+
+
+def image_at(request: GenerationRequest, position: int) -> ImageSpan | None:
+    """The image whose tokens include prompt position `position`, if any."""
+    for span in request.images:
+        if span.start <= position < span.end:
+            return span
+    return None
+
+
+def text_end(request: GenerationRequest, start: int, end: int) -> int:
+    """Where a text chunk from `start` must stop: `end`, or the next image before it."""
+    for span in request.images:
+        if start <= span.start < end:
+            return span.start
+    return end
+
+
+def decode_image(model: LlamaModel, projector: Projector, span: ImageSpan,
+                 seq_id: int) -> EngineError | None:
+    """Encodes the image (or takes its recent encoding) and decodes its embeddings at
+    positions span.start.. of `seq_id`; an EngineError says why it failed."""
+    chunk = span.chunk
+    non_causal = projector.non_causal(chunk)
+    if non_causal and chunk.n_tokens > model.n_batch:
+        return EngineError(f"an image of {chunk.n_tokens} tokens needs a batch of that "
+                           f"size; this model's batch is {model.n_batch}", status=400,
+                           code="image_too_large")
+    embd = projector.encode(chunk)
+    if embd is None:
+        return EngineError("the image could not be encoded", status=400, code="invalid_image")
+    if non_causal:
+        projector.set_causal(model, False)
+    try:
+        status = decode_embeddings(model.ctx, embd, span.start, seq_id, model.n_batch)
+    finally:
+        if non_causal:
+            projector.set_causal(model, True)
+    if status != 0:
+        return EngineError(f"llama_decode failed on an image ({status})")
+    return None

@@ -1,0 +1,205 @@
+"""A model's multimodal projector (llama.cpp's mtmd): images into embedding tokens.
+
+Images arrive here already decoded and bounded in Python (RGB pixels, never raw file
+bytes: llama.cpp's image decoders never see what a client sent). `image_prompt` turns
+one image into the tokens mtmd wraps it in plus an ImageChunk; `encode` runs the vision
+encoder on the engine thread (llama.cpp's OpenMP keeps a worker team per calling
+thread, so all graph compute stays on that one thread).
+
+An image's tokens stand in prompts as placeholder ids: negative numbers derived from
+the image's digest, the projector file and the token's index. Equal images give equal
+ids, so the KV prefix cache, the RAM store and the saved prompt caches all recognise a
+repeated image with no code of their own, and a different image (or projector) never
+matches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as lc
+import numpy as np
+from llama_cpp import mtmd_cpp as mtmd
+
+from .llama_model import LlamaModel, forward_llama_log
+from .projector_check import ProjectorError, check_projector
+
+log = logging.getLogger(__name__)
+
+_EMBEDDING_CACHE_BYTES = 64 << 20  # encoded images kept for repeats whose KV was evicted
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    max_images: int = 8  # per request
+    max_bytes: int = 20 << 20  # one image's file, after base64 decoding
+    max_pixels: int = 25_000_000  # width x height of one image
+    max_side: int = 2048  # larger images are scaled down before llama.cpp
+    fetch_urls: bool = False  # http(s) image URLs: fetched (on) or refused (off)
+
+
+@dataclass(frozen=True)
+class RgbImage:
+    width: int
+    height: int
+    pixels: bytes  # width * height * 3, row-major RGB
+    digest: str  # sha256 of the bytes the client sent
+
+
+class ImageChunk:
+    """One image as mtmd prepared it (resized, normalised), waiting to be encoded."""
+
+    def __init__(self, ptr: int, n_tokens: int, key: bytes, placeholders: list[int]) -> None:
+        self._ptr: int | None = ptr
+        self.n_tokens = n_tokens
+        self.key = key
+        self.placeholders = placeholders
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            raise RuntimeError("image chunk already freed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            mtmd.mtmd_input_chunk_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def placeholder_ids(key: bytes, n_tokens: int) -> list[int]:
+    """Negative ids, one per image token, each an independent hash of (key, index): a
+    prefix match can only end inside an image if it matched that whole image."""
+    ids = []
+    for i in range(n_tokens):
+        digest = hashlib.blake2b(key + i.to_bytes(4, "little"), digest_size=4).digest()
+        ids.append(-1 - (int.from_bytes(digest, "little") & 0x7FFFFFFE))
+    return ids
+
+
+class Projector:
+    def __init__(self, path: Path, model: LlamaModel, *, use_gpu: bool) -> None:
+        info = check_projector(path, model.n_embd)
+        self.path = path
+        self.info = info
+        mtmd.mtmd_log_set(forward_llama_log, ctypes.c_void_p(0))
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = model.n_threads
+        params.print_timings = False
+        params.warmup = False  # a warm-up encode here would start a second OpenMP team
+        ctx = mtmd.mtmd_init_from_file(str(path).encode(), model.model, params)
+        if not ctx:
+            raise ProjectorError("llama.cpp could not load it (see the log above)")
+        self._ctx: int | None = ctx
+        if mtmd.mtmd_decode_use_mrope(ctx):
+            self.close()
+            raise ProjectorError("M-RoPE vision models (Qwen2-VL family) are not supported")
+        self.vision = bool(mtmd.mtmd_support_vision(ctx))
+        self.audio = bool(mtmd.mtmd_support_audio(ctx))
+        self.n_embd = model.n_embd
+        self.n_batch = model.n_batch
+        self._identity = hashlib.sha256(
+            f"{path.name}|{path.stat().st_size}|{path.stat().st_mtime_ns}".encode()).digest()
+        self._marker = mtmd.mtmd_default_marker()
+        self._embeddings: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # the embedding cache is read off the engine thread
+        self.images_encoded = 0
+        self.encodes_skipped = 0
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        return (("image",) if self.vision else ()) + (("audio",) if self.audio else ())
+
+    def image_prompt(self, image: RgbImage) -> list[int | ImageChunk]:
+        """The tokens mtmd puts around an image (begin/end markers, model-specific) and
+        the image itself, in prompt order. CPU-bound (resizing): call off the loop."""
+        pixels = (ctypes.c_uint8 * len(image.pixels)).from_buffer_copy(image.pixels)
+        bitmap = mtmd.mtmd_bitmap_init(image.width, image.height, pixels)
+        if not bitmap:
+            raise ProjectorError("llama.cpp refused the image")
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            text = mtmd.mtmd_input_text()
+            text.text = self._marker
+            text.text_len = len(self._marker)
+            text.add_special = False
+            text.parse_special = True
+            bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
+            status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), bitmaps, 1)
+            if status != 0:
+                raise ProjectorError(f"llama.cpp could not prepare the image ({status})")
+            return [self._piece(mtmd.mtmd_input_chunks_get(chunks, i), image)
+                    for i in range(mtmd.mtmd_input_chunks_size(chunks))]
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+            mtmd.mtmd_bitmap_free(bitmap)
+
+    def _piece(self, chunk: int, image: RgbImage) -> list[int] | ImageChunk:
+        kind = mtmd.mtmd_input_chunk_get_type(chunk)
+        if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+            count = ctypes.c_size_t(0)
+            tokens = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
+            return [int(tokens[i]) for i in range(count.value)]
+        if kind != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+            raise ProjectorError("llama.cpp made a non-image chunk of an image")
+        n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+        if mtmd.mtmd_input_chunk_get_n_pos(chunk) != n_tokens:
+            raise ProjectorError("this projector places image tokens in a way not supported")
+        key = hashlib.sha256(self._identity + bytes.fromhex(image.digest)).digest()
+        copy = mtmd.mtmd_input_chunk_copy(chunk)
+        if not copy:
+            raise ProjectorError("llama.cpp could not keep the image")
+        return ImageChunk(copy, n_tokens, key, placeholder_ids(key, n_tokens))
+
+    def non_causal(self, chunk: ImageChunk) -> bool:
+        """Whether the model attends over this image's tokens in both directions (Gemma 3
+        does): then they must be decoded in one batch with causal attention off."""
+        return bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk.ptr))
+
+    @staticmethod
+    def set_causal(model: LlamaModel, causal: bool) -> None:
+        lc.llama_set_causal_attn(model.ctx, causal)
+
+    def encode(self, chunk: ImageChunk) -> np.ndarray | None:
+        """The image's embeddings, (n_tokens, n_embd) float32; None if encoding failed.
+        Engine thread only. A repeat of a recently encoded image is not encoded again."""
+        with self._lock:
+            cached = self._embeddings.get(chunk.key)
+            if cached is not None:
+                self._embeddings.move_to_end(chunk.key)
+                self.encodes_skipped += 1
+                return cached
+        if mtmd.mtmd_encode_chunk(self.ctx, chunk.ptr) != 0:
+            return None
+        out = mtmd.mtmd_get_output_embd(self.ctx)
+        embd = np.ctypeslib.as_array(out, shape=(chunk.n_tokens * self.n_embd,)).reshape(
+            chunk.n_tokens, self.n_embd).copy()
+        self.images_encoded += 1
+        with self._lock:
+            self._embeddings[chunk.key] = embd
+            total = sum(e.nbytes for e in self._embeddings.values())
+            while total > _EMBEDDING_CACHE_BYTES and len(self._embeddings) > 1:
+                _, dropped = self._embeddings.popitem(last=False)
+                total -= dropped.nbytes
+        return embd
+
+    @property
+    def ctx(self) -> int:
+        if self._ctx is None:
+            raise RuntimeError("projector closed")
+        return self._ctx
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            mtmd.mtmd_free(self._ctx)
+            self._ctx = None
