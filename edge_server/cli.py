@@ -37,8 +37,10 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
     """Model specs for the pool, and the id of the model to load at start."""
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
     from .engine.projector import ImageLimits
+    from .engine.rpc_devices import parse_endpoints
     from .model_pool import ModelSpec
 
+    rpc = parse_endpoints(opts.rpc)
     limits = ImageLimits(max_images=opts.max_images, max_bytes=int(opts.max_image_mb * 2**20),
                          max_pixels=opts.max_image_pixels, fetch_urls=opts.image_urls == "on")
 
@@ -51,6 +53,7 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
                 repack=opts.repack,
                 flash_attn=opts.flash_attn,
                 n_seq_max=max(opts.parallel, 1),
+                rpc=rpc,
             ),
             scheduler=SchedulerSettings(
                 max_waiting=opts.max_queue,
@@ -110,6 +113,8 @@ def serve(opts: ServeOptions) -> int:
 
     from .api.app import create_app
     from .api.metrics import Metrics
+    from .engine import rpc_guard
+    from .engine.rpc_devices import RpcError, check_servers, parse_endpoints
     from .model_pool import ModelPool
     from .systemd_notify import notify, watchdog_interval
 
@@ -117,7 +122,9 @@ def serve(opts: ServeOptions) -> int:
         store = _store(opts)
         specs, default_id = _specs(opts, store)
         keys = opts.api_keys()
-    except (DefaultModelMissing, RegistryError, OSError) as exc:
+        # Unreachable servers fail here, clearly, not as an abort inside llama.cpp.
+        check_servers(parse_endpoints(opts.rpc))
+    except (DefaultModelMissing, RegistryError, RpcError, OSError) as exc:
         print(f"edge-server: {exc}", file=sys.stderr)
         return 2
     default_spec = next(s for s in specs if s.id == default_id)
@@ -139,7 +146,7 @@ def serve(opts: ServeOptions) -> int:
         # Pings prove the event loop runs and no engine step is stuck: when either
         # freezes, the pings stop and systemd restarts the service.
         while True:
-            if not pool.stalled(opts.watchdog_seconds):
+            if not pool.stalled(opts.watchdog_seconds) and not rpc_guard.failure():
                 notify("WATCHDOG=1")
             await asyncio.sleep(interval)
 
@@ -265,6 +272,16 @@ def info(opts: ServeOptions) -> int:
     print(f"backends: CPU{''.join(', ' + b for b in backends)}")
     print(f"CPU features: {features}")
     print(f"threads: {opts.threads or default_threads()} of {os.cpu_count()} cores")
+    print(f"RPC: {'yes' if lc.llama_supports_rpc() else 'no (see the README)'}")
+    if opts.rpc:
+        from .engine.rpc_devices import RpcError, describe_servers, parse_endpoints
+
+        try:
+            for line in describe_servers(parse_endpoints(opts.rpc)):
+                print(line)
+        except RpcError as exc:
+            print(f"edge-server: {exc}", file=sys.stderr)
+            return 2
     return list_models(opts)
 
 
@@ -284,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in (pull_p, models_p, info_p):
         for flag in ("--registry", "--models-dir", "--config"):
             p.add_argument(flag, type=Path, default=argparse.SUPPRESS)
+    info_p.add_argument("--rpc", action="append", default=argparse.SUPPRESS,
+                        help="also list the devices of these rpc-servers (HOST:PORT)")
     args = parser.parse_args(argv)
     try:
         opts = resolve_options(args)

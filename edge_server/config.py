@@ -74,6 +74,9 @@ class ServeOptions:
                            "whose kernel is slow on batches spanning several sequences; "
                            "llama.cpp's choice with a GPU backend), on, off",
                            choices=["auto", "on", "off"])
+    rpc: list[str] = _opt([], "llama.cpp rpc-server HOST:PORT that holds model layers too "
+                          "(repeatable or comma-separated, at most 16; needs llama.cpp built "
+                          "with RPC, see the README)", action="append")
     prompt_cache_mb: int = _opt(256, "host RAM for prompt prefixes evicted from the KV cache, "
                                 "also saved to the models directory at unload and shutdown "
                                 "(0: off)")

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..engine import rpc_guard
 from ..model_pool import ModelPool, ModelSpec, UnknownModel
 from .dependencies import pool
 from .errors import model_not_found
@@ -33,7 +34,7 @@ class ModelList(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok", "loading", "error", "stalled"]
+    status: Literal["ok", "loading", "error", "stalled", "rpc_failed"]
     default_model: str | None = None
     models: dict[str, dict[str, int]] | None = None
     stalled_models: list[str] | None = None
@@ -78,6 +79,10 @@ async def health(request: Request) -> JSONResponse:
     if state.startup_error:
         return _json(HealthResponse(status="error", error="the default model failed to load"),
                      503)
+    rpc_failure = rpc_guard.failure()
+    if rpc_failure:
+        # An RPC server holding layers is gone: the split cannot serve until a restart.
+        return _json(HealthResponse(status="rpc_failed", error=rpc_failure), 503)
     if not state.ready:
         return _json(HealthResponse(status="loading", default_model=models.default_id), 503)
     stalled = models.stalled(getattr(state, "watchdog_seconds", 30.0))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
+from . import rpc_guard
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
 from .embedder import Embedder, EmbeddingPlan, EmbeddingSettings, plan_embeddings
 from .llama_model import ContextSettings, LlamaModel, ModelLoadError, Vocab
@@ -64,6 +65,11 @@ def control_token_texts(vocab: Vocab) -> list[str]:
     return texts
 
 
+def _rpc_error(reason: str) -> EngineError:
+    return EngineError(f"the model's RPC server is unavailable: {reason}", status=503,
+                       code="rpc_unavailable")
+
+
 class Engine:
     def __init__(self, model_id: str, path: Path, settings: EngineSettings) -> None:
         self.model_id = model_id
@@ -113,6 +119,8 @@ class Engine:
                                      ) from exc
         self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector)
         self.scheduler.start()
+        if self.model.rpc:
+            rpc_guard.add_listener(self._on_rpc_lost)
 
     @property
     def modalities(self) -> tuple[str, ...]:
@@ -221,7 +229,14 @@ class Engine:
         return prompt
 
     def submit(self, request: GenerationRequest) -> RequestHandle:
+        if self.model.rpc and rpc_guard.failure():
+            raise _rpc_error(rpc_guard.failure() or "")
         return self.scheduler.submit(request)
+
+    def _on_rpc_lost(self, reason: str) -> None:
+        """Any thread. The engine thread is, or is about to be, blocked in llama.cpp for
+        good (see rpc_guard): answer everything it holds or queued now, with the reason."""
+        self.scheduler.fail_all(_rpc_error(reason))
 
     # --- embeddings ----------------------------------------------------------------------
 
@@ -233,6 +248,8 @@ class Engine:
     def embedder(self) -> Embedder:
         """The embedding context and its worker, created on first use (blocking: call
         it off the event loop)."""
+        if self.model.rpc and rpc_guard.failure():
+            raise _rpc_error(rpc_guard.failure() or "")
         with self._embedder_lock:
             if self._closed:
                 raise EngineError("the model is shutting down; retry shortly")
@@ -262,6 +279,12 @@ class Engine:
         return max(self.scheduler.stalled_for(), embedding)
 
     def close(self) -> None:
+        rpc_guard.remove_listener(self._on_rpc_lost)
+        if self.model.rpc and rpc_guard.failure():
+            # Its threads are parked in llama.cpp: nothing here can be freed or saved.
+            self._on_rpc_lost(rpc_guard.failure() or "")
+            self.model.close()
+            return
         with self._embedder_lock:
             self._closed = True
             embedder, self._embedder = self._embedder, None

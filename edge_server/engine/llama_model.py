@@ -15,13 +15,18 @@ from pathlib import Path
 import llama_cpp as lc
 import numpy as np
 
+from . import rpc_guard
 from .cpu_probe import extra_buffers_safe
+from .rpc_devices import DeviceList, Endpoint, RpcError
 
 log = logging.getLogger(__name__)
 
 _backend_ready = False
 _llama_log = logging.getLogger("llama.cpp")
-_LEVEL_WARN, _LEVEL_ERROR = 3, 4  # ggml_log_level
+_LEVEL_INFO, _LEVEL_WARN, _LEVEL_ERROR = 2, 3, 4  # ggml_log_level
+# With RPC servers, where llama.cpp put weights, KV cache and compute buffers is worth
+# a line per device in our log ("RPC0 model buffer size = ... MiB").
+_log_buffer_sizes = False
 
 
 @lc.llama_log_callback
@@ -31,6 +36,8 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         message = text.decode("utf-8", errors="replace").rstrip()
         if message:
             _llama_log.log(logging.ERROR if level == _LEVEL_ERROR else logging.WARNING, message)
+    elif level == _LEVEL_INFO and _log_buffer_sizes and b"buffer size" in text:
+        _llama_log.info(" ".join(text.decode("utf-8", errors="replace").split()))
 
 
 def init_backend() -> None:
@@ -55,6 +62,7 @@ class ContextSettings:
     n_gpu_layers: int = -1  # -1: offload every layer where a GPU backend exists
     repack: str = "auto"  # CPU extra buffers (AMX/AVX repacked weights): auto, on, off
     flash_attn: str = "auto"  # auto (see flash_attn_type), on, off
+    rpc: tuple[Endpoint, ...] = ()  # llama.cpp RPC servers that hold layers too
 
 
 def flash_attn_type(setting: str) -> int:
@@ -146,8 +154,13 @@ class LlamaModel:
             mparams.n_gpu_layers = settings.n_gpu_layers
         else:
             mparams.n_gpu_layers = 999
+        self.rpc = settings.rpc
+        self._devices = self._rpc_devices(settings.rpc)
+        if self._devices is not None:
+            mparams.devices = self._devices.address
         model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
+            rpc_guard.unwatch(settings.rpc)
             raise ModelLoadError(f"llama.cpp could not load {path.name}")
         self.model = model
         self.vocab = Vocab(lc.llama_model_get_vocab(model))
@@ -170,6 +183,7 @@ class LlamaModel:
         cparams.no_perf = True
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
+            rpc_guard.unwatch(settings.rpc)
             lc.llama_model_free(model)
             raise ModelLoadError(f"llama.cpp could not create a context for {path.name}")
         self.ctx = ctx
@@ -193,6 +207,23 @@ class LlamaModel:
             self.n_seq_max,
             threads,
         )
+
+    @staticmethod
+    def _rpc_devices(endpoints: tuple[Endpoint, ...]) -> DeviceList | None:
+        """RPC servers plus local GPUs as the model's devices; their connections are
+        watched from here on (rpc_guard)."""
+        global _log_buffer_sizes
+        if not endpoints:
+            return None
+        if rpc_guard.failure():
+            raise ModelLoadError(f"RPC split broken: {rpc_guard.failure()}; restart the service")
+        try:
+            devices = DeviceList(endpoints)
+        except RpcError as exc:
+            raise ModelLoadError(str(exc)) from exc
+        _log_buffer_sizes = True
+        rpc_guard.watch(endpoints)
+        return devices
 
     def _read_metadata(self) -> dict[str, str]:
         meta: dict[str, str] = {}
@@ -264,6 +295,15 @@ class LlamaModel:
         return np.ctypeslib.as_array(ptr, shape=(count, self.vocab.n_tokens))
 
     def close(self) -> None:
+        if getattr(self, "rpc", ()) and rpc_guard.failure():
+            # Freeing would talk to the lost server and park this thread: leave the
+            # memory to the process exit.
+            log.warning("%s: not freed, its RPC split is broken", self.path.name)
+            self.ctx = self.model = None
+            return
+        # llama.cpp may close the connections from here on.
+        rpc_guard.unwatch(getattr(self, "rpc", ()))
+        self.rpc = ()
         if getattr(self, "ctx", None):
             lc.llama_free(self.ctx)
             self.ctx = None

@@ -102,6 +102,14 @@ class Scheduler:
         self._waiting.push(handle)
         return handle
 
+    def fail_all(self, error: EngineError) -> None:
+        """Any thread, for when the engine thread cannot go on (a lost RPC server): every
+        queued and running request gets `error` now."""
+        for handle in self._waiting.close():
+            handle.post([error])
+        for job in list(self._jobs):
+            job.handle.post([error])
+
     @property
     def idle(self) -> bool:
         return not self._jobs and not len(self._waiting)
