@@ -152,3 +152,27 @@ def loopback_url(url: str) -> str:
     if urlsplit(url).hostname != "127.0.0.1":
         raise SystemExit("--base-url must point at 127.0.0.1")
     return url.rstrip("/")
+
+
+def verify_unit(tmp: Path, unit: str, executable: str, env_files: tuple[str, ...] = ()) -> None:
+    """`systemd-analyze verify` of systemd/<unit> in a scratch root laid out as the install
+    (its ExecStart `executable` and EnvironmentFiles from systemd/ under /etc/edge-server,
+    the system's own units for the dependencies); asserts it finds no problem."""
+    import shutil
+
+    root = tmp / "root"
+    exe = root / executable.lstrip("/")
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/edge-server").mkdir(parents=True)
+    for name in env_files:
+        shutil.copy(ROOT / "systemd" / name, root / "etc/edge-server")
+    unit_dir = root / "etc/systemd/system"
+    unit_dir.mkdir(parents=True)
+    shutil.copy(ROOT / "systemd" / unit, unit_dir)
+    result = subprocess.run(["systemd-analyze", "verify", f"--root={root}", str(unit_dir / unit)],
+                            capture_output=True, text=True, timeout=60)
+    problems = [line for line in (result.stdout + result.stderr).splitlines() if unit in line]
+    assert result.returncode == 0 and not problems, result.stdout + result.stderr

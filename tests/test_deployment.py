@@ -26,6 +26,7 @@ from conftest import (
     free_port,
     start_server,
     stop_server,
+    verify_unit,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -219,23 +220,7 @@ def test_sigterm_drains_streams_and_exits_zero(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze is not installed (.ci/run installs it)")
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
-    # verify checks that ExecStart exists: give it the install layout in a scratch root.
-    root = tmp_path / "root"
-    exe = root / "opt/edge-server/.venv/bin/edge-server"
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
-    # ... and the system's own units (sysinit.target and friends) for the dependencies.
-    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
-    unit_dir = root / "etc/systemd/system"
-    unit_dir.mkdir(parents=True)
-    shutil.copy(ROOT / "systemd/edge-server.service", unit_dir)
-    result = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={root}", str(unit_dir / "edge-server.service")],
-        capture_output=True, text=True, timeout=60)
-    problems = [line for line in (result.stdout + result.stderr).splitlines()
-                if "edge-server.service" in line]
-    assert result.returncode == 0 and not problems, result.stdout + result.stderr
+    verify_unit(tmp_path, "edge-server.service", "/opt/edge-server/.venv/bin/edge-server")
 
 
 # --- configuration ----------------------------------------------------------------------------

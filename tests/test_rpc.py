@@ -20,7 +20,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import DEFAULT_MODEL, ROOT, RunningServer, free_port, start_server, stop_server
+from conftest import (
+    DEFAULT_MODEL,
+    ROOT,
+    RunningServer,
+    free_port,
+    start_server,
+    stop_server,
+    verify_unit,
+)
 
 from edge_server.engine.rpc_devices import MAX_SERVERS, RpcError, parse_endpoints, rpc_build_dir
 
@@ -195,23 +203,7 @@ def test_rpc_server_killed_mid_stream_fails_cleanly(
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze is not installed (.ci/run installs it)")
 def test_rpc_server_unit_verifies(tmp_path: Path) -> None:
-    # verify checks ExecStart and the EnvironmentFile: give it the worker box's layout.
-    root = tmp_path / "root"
-    exe = root / "opt/edge-server/rpc/bin/rpc-server"
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
-    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
-    (root / "etc/edge-server").mkdir(parents=True)
-    shutil.copy(ROOT / "systemd/rpc-server.env", root / "etc/edge-server")
-    unit_dir = root / "etc/systemd/system"
-    unit_dir.mkdir(parents=True)
-    shutil.copy(ROOT / "systemd/rpc-server.service", unit_dir)
-    result = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={root}", str(unit_dir / "rpc-server.service")],
-        capture_output=True, text=True, timeout=60)
-    problems = [line for line in (result.stdout + result.stderr).splitlines()
-                if "rpc-server.service" in line]
-    assert result.returncode == 0 and not problems, result.stdout + result.stderr
+    verify_unit(tmp_path, "rpc-server.service", "/opt/edge-server/rpc/bin/rpc-server",
+                env_files=("rpc-server.env",))
     env = (ROOT / "systemd/rpc-server.env").read_text()
     assert "RPC_HOST=0.0.0.0" not in env and "RPC_HOST=127.0.0.1" in env
