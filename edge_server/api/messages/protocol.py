@@ -25,7 +25,7 @@ class TextBlock(BaseModel):
 
 
 class ImageBlock(BaseModel):
-    """Recognized only to be refused by name: no model here reads images."""
+    """Recognized only to be refused by name: images go through /v1/chat/completions."""
 
     model_config = _BLOCK
     type: Literal["image", "document", "search_result", "container_upload"]

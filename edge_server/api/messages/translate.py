@@ -30,7 +30,8 @@ from .protocol import (
     ToolUseBlock,
 )
 
-_NO_VISION = "needs a model that reads images and documents; this one is text-only"
+_NO_VISION = ("is not served on this endpoint; send images to /v1/chat/completions as "
+              "image_url parts (models with a projector)")
 # Chat-side parameter names as the Anthropic request calls them.
 PARAM_NAMES = {"stop": "stop_sequences", "parallel_tool_calls": "tool_choice",
                "response_format": "output_config.format"}

@@ -85,7 +85,7 @@ def _part_text(parts: str | list[InputPart], where: str) -> str:
         text = (part.model_extra or {}).get("refusal") if part.type == "refusal" else part.text
         if part.type not in _TEXT_PARTS or not isinstance(text, str):
             raise unsupported(f"{where}[{j}]", f"(type `{part.type[:64]}`) is not served: "
-                              "only text parts are, this server is text-only")
+                              "only text parts are (images: /v1/chat/completions)")
         texts.append(text)
     return "\n".join(texts)
 
