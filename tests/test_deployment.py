@@ -207,6 +207,17 @@ def test_sigterm_drains_streams_and_exits_zero(tmp_path: Path) -> None:
             received.append(line[6:])
             if len(received) == 3:
                 server.process.send_signal(signal.SIGTERM)
+            if len(received) == 6:
+                # Draining: a load balancer's check fails, new work is refused (to be
+                # retried elsewhere), and the stream goes on.
+                health = httpx.get(f"{server.base_url}/health", timeout=5)
+                assert (health.status_code, health.json()["status"]) == (503, "draining")
+                refused = httpx.post(f"{server.v1}/completions", timeout=5, json={
+                    "model": DEFAULT_MODEL, "prompt": "a", "max_tokens": 1})
+                assert refused.status_code == 503 and refused.headers["retry-after"]
+                assert refused.json()["error"]["code"] == "draining"
+                port = server.base_url.rsplit(":", 1)[1]
+                assert refused.headers["x-edge-replica"].endswith(f":{port}")  # hostname:port
     assert received[-1] == "[DONE]"
     chunks = [json.loads(x) for x in received[:-1]]
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"

@@ -31,7 +31,7 @@ class ModelList(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok", "loading", "error", "stalled"]
+    status: Literal["ok", "loading", "error", "stalled", "draining"]
     default_model: str | None = None
     models: dict[str, dict[str, int]] | None = None
     stalled_models: list[str] | None = None
@@ -70,12 +70,16 @@ async def retrieve_model(request: Request) -> JSONResponse:
 
 
 async def health(request: Request) -> JSONResponse:
-    """200 once the default model is loaded and serving; 503 before (or if it failed)."""
+    """200 once the default model is loaded and serving; 503 before (or if it failed),
+    and while draining after SIGTERM."""
     models = pool(request)
     state = request.app.state
     if state.startup_error:
         return _json(HealthResponse(status="error", error="the default model failed to load"),
                      503)
+    if state.drain.draining:
+        # Shutting down: a load balancer's check sees it and sends new work elsewhere.
+        return _json(HealthResponse(status="draining"), 503)
     if not state.ready:
         return _json(HealthResponse(status="loading", default_model=models.default_id), 503)
     stalled = models.stalled(getattr(state, "watchdog_seconds", 30.0))
