@@ -301,3 +301,12 @@ def test_port_in_use_is_a_clear_failure(tmp_path: Path) -> None:
             [sys.executable, "-m", "edge_server", "serve", "--port", str(port),
              "--ctx-size", "512"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode != 0
+
+
+def test_bad_replica_name_is_a_clear_failure(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_server", "serve", "--port", str(free_port()),
+         "--replica-name", "two words"], capture_output=True, text=True, cwd=ROOT,
+        timeout=60, env={**os.environ, "XDG_DATA_HOME": str(tmp_path)})
+    assert proc.returncode == 2
+    assert "replica name" in proc.stderr
