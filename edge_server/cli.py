@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -113,18 +114,21 @@ def serve(opts: ServeOptions) -> int:
 
     from .api.app import create_app
     from .api.metrics import Metrics
+    from .api.replica import check_replica_name
     from .engine import rpc_guard
     from .engine.rpc_devices import RpcError, check_servers, parse_endpoints
     from .model_pool import ModelPool
+    from .shutdown import DrainingServer, exit_when_drained
     from .systemd_notify import notify, watchdog_interval
 
     try:
         store = _store(opts)
         specs, default_id = _specs(opts, store)
         keys = opts.api_keys()
+        replica = check_replica_name(opts.replica_name or f"{socket.gethostname()}:{opts.port}")
         # Unreachable servers fail here, clearly, not as an abort inside llama.cpp.
         check_servers(parse_endpoints(opts.rpc))
-    except (DefaultModelMissing, RegistryError, RpcError, OSError) as exc:
+    except (DefaultModelMissing, RegistryError, RpcError, OSError, ValueError) as exc:
         print(f"edge-server: {exc}", file=sys.stderr)
         return 2
     default_spec = next(s for s in specs if s.id == default_id)
@@ -135,11 +139,11 @@ def serve(opts: ServeOptions) -> int:
     pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
-                     max_body_mb=opts.max_body_mb)
+                     max_body_mb=opts.max_body_mb, replica_name=replica)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout))
     app.state.watchdog_seconds = opts.watchdog_seconds
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, app.state.drain)
     exit_code = 0
 
     async def watchdog_pings(interval: float) -> None:
@@ -163,18 +167,20 @@ def serve(opts: ServeOptions) -> int:
 
     async def run() -> None:
         announcer = asyncio.create_task(announce_ready())
+        drainer = asyncio.create_task(exit_when_drained(server, opts.drain_timeout, notify))
         interval = watchdog_interval()
         pinger = asyncio.create_task(watchdog_pings(interval)) if interval else None
         try:
             await server.serve()
         finally:
             announcer.cancel()
+            drainer.cancel()
             if pinger is not None:
                 pinger.cancel()
             notify("STOPPING=1")
 
-    # uvicorn drains requests in flight on SIGTERM, then re-raises the signal; this no-op
-    # handler receives it, so a clean drain ends with exit status 0 as systemd expects.
+    # A second SIGTERM goes to uvicorn, which re-raises it after its shutdown; this no-op
+    # handler receives it, so a stop ends with exit status 0 as systemd expects.
     signal.signal(signal.SIGTERM, lambda *_: None)
     asyncio.run(run())
     return exit_code

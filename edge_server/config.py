@@ -88,7 +88,11 @@ class ServeOptions:
     api_key: list[str] = _opt([], "accepted API key (repeatable); requests then need "
                               "`Authorization: Bearer KEY`", action="append")
     api_key_file: Path | None = _opt(None, "file with one accepted API key per line")
-    drain_timeout: float = _opt(30.0, "seconds SIGTERM waits for requests in flight")
+    drain_timeout: float = _opt(30.0, "seconds SIGTERM waits for requests in flight; "
+                                "meanwhile /health and new requests answer 503")
+    replica_name: str | None = _opt(None, "name sent in the X-Edge-Replica header of every "
+                                    "answer, to tell replicas apart behind a load balancer "
+                                    "(default: hostname:port)")
     max_body_mb: float = _opt(8.0, "largest request body accepted, in MiB; larger gets a 413")
     watchdog_seconds: float = _opt(30.0, "an engine step stalled this long makes /health "
                                    "answer 503 (and stops systemd watchdog pings)")

@@ -61,10 +61,12 @@ def start_server(
     env: dict[str, str] | None = None,
     wait: bool = True,
     memory_limit_mb: int | None = None,
+    port: int | None = None,
 ) -> RunningServer:
     """`memory_limit_mb` caps the server's address space, so that a request which makes it
-    allocate without bound fails that server instead of the machine's other processes."""
-    port = free_port()
+    allocate without bound fails that server instead of the machine's other processes.
+    `port`: a given one (a replica restarted where its load balancer expects it)."""
+    port = port or free_port()
     log_path = tmp / f"{name}-{port}.log"
     threads = os.environ.get(THREADS_ENV)
     if threads and "--threads" not in args:

@@ -208,6 +208,17 @@ def test_sigterm_drains_streams_and_exits_zero(tmp_path: Path) -> None:
             received.append(line[6:])
             if len(received) == 3:
                 server.process.send_signal(signal.SIGTERM)
+            if len(received) == 6:
+                # Draining: a load balancer's check fails, new work is refused (to be
+                # retried elsewhere), and the stream goes on.
+                health = httpx.get(f"{server.base_url}/health", timeout=5)
+                assert (health.status_code, health.json()["status"]) == (503, "draining")
+                refused = httpx.post(f"{server.v1}/completions", timeout=5, json={
+                    "model": DEFAULT_MODEL, "prompt": "a", "max_tokens": 1})
+                assert refused.status_code == 503 and refused.headers["retry-after"]
+                assert refused.json()["error"]["code"] == "draining"
+                port = server.base_url.rsplit(":", 1)[1]
+                assert refused.headers["x-edge-replica"].endswith(f":{port}")  # hostname:port
     assert received[-1] == "[DONE]"
     chunks = [json.loads(x) for x in received[:-1]]
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
@@ -275,3 +286,12 @@ def test_port_in_use_is_a_clear_failure(tmp_path: Path) -> None:
             [sys.executable, "-m", "edge_server", "serve", "--port", str(port),
              "--ctx-size", "512"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode != 0
+
+
+def test_bad_replica_name_is_a_clear_failure(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_server", "serve", "--port", str(free_port()),
+         "--replica-name", "two words"], capture_output=True, text=True, cwd=ROOT,
+        timeout=60, env={**os.environ, "XDG_DATA_HOME": str(tmp_path)})
+    assert proc.returncode == 2
+    assert "replica name" in proc.stderr

@@ -15,6 +15,7 @@ from .auth import APIKeyAuth
 from .body import BodyLimit
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
+from .draining import Drain, DrainGate
 from .embeddings.api_router import routes as embedding_routes
 from .errors import EXCEPTION_HANDLERS, ErrorBoundary
 from .messages.api_router import routes as messages_routes
@@ -22,6 +23,7 @@ from .messages.error_shape import AnthropicErrors
 from .metrics import Metrics, RequestCounter, metrics_route
 from .models_router import routes as model_routes
 from .openapi import openapi_route
+from .replica import ReplicaHeader
 from .responses.api_router import routes as response_routes
 from .tokenize_router import routes as tokenize_routes
 
@@ -36,9 +38,11 @@ def create_app(
     api_keys: list[str] | None = None,
     reap_interval: float = 1.0,
     max_body_mb: float = 8.0,
+    replica_name: str | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
-    `max_body_mb`: larger request bodies get a 413."""
+    `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
+    X-Edge-Replica header of every answer. `app.state.drain` starts draining."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -64,17 +68,23 @@ def create_app(
                 await loading
             pool.close()
 
-    # Outermost first: count every answer, then turn any unexpected error into a 500 that
-    # keeps the connection usable, then refuse oversized bodies before anything reads them.
+    # Outermost first: name the replica on every answer, count every answer, then turn
+    # any unexpected error into a 500 that keeps the connection usable, refuse new work
+    # while draining, then refuse oversized bodies before anything reads them.
+    drain = Drain()
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
         Middleware(AnthropicErrors),  # every error on /v1/messages* in Anthropic's shape
         Middleware(ErrorBoundary),
+        Middleware(DrainGate, drain=drain),
         Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
     ]
+    if replica_name:
+        middleware.insert(0, Middleware(ReplicaHeader, name=replica_name))
     if api_keys:
         middleware.append(Middleware(APIKeyAuth, keys=api_keys))
     metrics.watch_pool(pool)
+    metrics.watch_drain(drain)
     app = Starlette(
         routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
                 *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
@@ -84,6 +94,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.pool = pool
+    app.state.drain = drain
     app.state.ready = False
     app.state.startup_error = None
     return app

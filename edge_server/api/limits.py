@@ -25,6 +25,7 @@ MAX_STOP_CHARS = 512  # characters of one stop sequence
 MAX_PROMPTS = 128  # prompts of one /v1/completions request
 MAX_TOOLS = 128  # functions in `tools` (OpenAI)
 MAX_TOOL_CALLS = 128  # tool calls of one assistant message
+MAX_CACHE_KEY_CHARS = 1024  # prompt_cache_key (a load balancer hashes it)
 INT32_MAX = 2**31 - 1
 
 

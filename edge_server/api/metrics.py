@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..engine.scheduler import JobStats
 from ..model_pool import ModelPool
+from .draining import Drain
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 _TOKEN_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
@@ -61,6 +62,13 @@ class Metrics:
 
     def watch_pool(self, pool: ModelPool) -> None:
         self.registry.register(_PoolCollector(pool))
+
+    def watch_drain(self, drain: Drain) -> None:
+        """Requests in flight, and whether SIGTERM's drain is on: how a stop is watched."""
+        Gauge("edge_server_requests_in_flight", "HTTP requests being served (not /health "
+              "or /metrics)", registry=self.registry).set_function(lambda: drain.in_flight)
+        Gauge("edge_server_draining", "1 while draining after SIGTERM",
+              registry=self.registry).set_function(lambda: float(drain.draining))
 
 
 class _PoolCollector:

@@ -34,7 +34,7 @@ class ModelList(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok", "loading", "error", "stalled", "rpc_failed"]
+    status: Literal["ok", "loading", "error", "stalled", "draining", "rpc_failed"]
     default_model: str | None = None
     models: dict[str, dict[str, int]] | None = None
     stalled_models: list[str] | None = None
@@ -73,12 +73,16 @@ async def retrieve_model(request: Request) -> JSONResponse:
 
 
 async def health(request: Request) -> JSONResponse:
-    """200 once the default model is loaded and serving; 503 before (or if it failed)."""
+    """200 once the default model is loaded and serving; 503 before (or if it failed),
+    and while draining after SIGTERM."""
     models = pool(request)
     state = request.app.state
     if state.startup_error:
         return _json(HealthResponse(status="error", error="the default model failed to load"),
                      503)
+    if state.drain.draining:
+        # Shutting down: a load balancer's check sees it and sends new work elsewhere.
+        return _json(HealthResponse(status="draining"), 503)
     rpc_failure = rpc_guard.failure()
     if rpc_failure:
         # An RPC server holding layers is gone: the split cannot serve until a restart.

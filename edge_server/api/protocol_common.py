@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .limits import INT32_MAX, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
+from .limits import INT32_MAX, MAX_CACHE_KEY_CHARS, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
 
 # Token ids as OpenAI writes them: ASCII digits only (str.isdigit() also takes "²").
 _TOKEN_ID = re.compile(r"-?[0-9]{1,10}")
@@ -66,6 +66,9 @@ class SamplingRequest(BaseModel):
     ignore_eos: bool | None = False
     response_format: ResponseFormat | None = None
     user: str | None = None
+    # OpenAI's routing hint: a load balancer hashes it to keep a conversation on the replica
+    # that caches its prefix (here the KV cache already matches prefixes by content).
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY_CHARS)
 
     @field_validator("stop")
     @classmethod

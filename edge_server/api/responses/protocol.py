@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from ..limits import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
+from ..limits import MAX_CACHE_KEY_CHARS, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
 
 
 class InputPart(BaseModel):
@@ -141,7 +141,7 @@ class ResponsesRequest(BaseModel):
     include: list[str] | None = Field(default=None, max_length=16)
     truncation: Literal["auto", "disabled"] | None = None
     background: bool | None = None
-    prompt_cache_key: str | None = Field(default=None, max_length=1024)
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY_CHARS)
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: str | None = Field(default=None, max_length=32)
 
