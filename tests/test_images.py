@@ -130,6 +130,7 @@ def test_repeated_image_is_cached_not_encoded_again(vision: RunningServer) -> No
     cached = follow_up.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= IMAGE_TOKENS  # the template's head and the whole image
     assert stats(vision)["images_encoded"] == encoded
+    assert stats(vision)["images_prepared"] == 0  # every finished request freed its images
 
 
 def test_text_streams_keep_flowing_beside_image_requests(vision: RunningServer) -> None:

@@ -270,6 +270,7 @@ class Engine:
         if self.projector is not None:
             extra["images_encoded"] = self.projector.images_encoded
             extra["image_encodes_skipped"] = self.projector.encodes_skipped
+            extra["images_prepared"] = self.projector.prepared  # held by unfinished requests
         return {**self.scheduler.stats(), **extra}
 
     def stalled_for(self) -> float:

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,14 @@ from .projector_check import ProjectorError, check_projector
 log = logging.getLogger(__name__)
 
 _EMBEDDING_CACHE_BYTES = 64 << 20  # encoded images kept for repeats whose KV was evicted
+# Prepared images (resized and normalised by mtmd: megabytes each for large encoders)
+# held by requests not yet done: more wait for room (ProjectorBusy), so a full queue of
+# image requests cannot exhaust memory.
+MAX_PREPARED_IMAGES = 64
+
+
+class ProjectorBusy(RuntimeError):
+    """Too many prepared images wait for the engine; the request may retry shortly."""
 
 
 @dataclass(frozen=True)
@@ -55,11 +64,13 @@ class RgbImage:
 class ImageChunk:
     """One image as mtmd prepared it (resized, normalised), waiting to be encoded."""
 
-    def __init__(self, ptr: int, n_tokens: int, key: bytes, placeholders: list[int]) -> None:
+    def __init__(self, ptr: int, n_tokens: int, key: bytes, placeholders: list[int],
+                 on_free: Callable[[], None]) -> None:
         self._ptr: int | None = ptr
         self.n_tokens = n_tokens
         self.key = key
         self.placeholders = placeholders
+        self._on_free = on_free
 
     @property
     def ptr(self) -> int:
@@ -71,6 +82,7 @@ class ImageChunk:
         if self._ptr is not None:
             mtmd.mtmd_input_chunk_free(self._ptr)
             self._ptr = None
+            self._on_free()
 
     def __del__(self) -> None:
         self.close()
@@ -115,6 +127,7 @@ class Projector:
         self._lock = threading.Lock()  # the embedding cache is read off the engine thread
         self.images_encoded = 0
         self.encodes_skipped = 0
+        self.prepared = 0  # ImageChunks alive (see MAX_PREPARED_IMAGES)
 
     @property
     def modalities(self) -> tuple[str, ...]:
@@ -122,7 +135,10 @@ class Projector:
 
     def image_prompt(self, image: RgbImage) -> list[int | ImageChunk]:
         """The tokens mtmd puts around an image (begin/end markers, model-specific) and
-        the image itself, in prompt order. CPU-bound (resizing): call off the loop."""
+        the image itself, in prompt order. CPU-bound (resizing): call off the loop.
+        Raises ProjectorBusy while MAX_PREPARED_IMAGES wait for the engine."""
+        if self.prepared >= MAX_PREPARED_IMAGES:
+            raise ProjectorBusy(f"{self.prepared} images wait for the model; retry shortly")
         pixels = (ctypes.c_uint8 * len(image.pixels)).from_buffer_copy(image.pixels)
         bitmap = mtmd.mtmd_bitmap_init(image.width, image.height, pixels)
         if not bitmap:
@@ -159,7 +175,13 @@ class Projector:
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
             raise ProjectorError("llama.cpp could not keep the image")
-        return ImageChunk(copy, n_tokens, key, placeholder_ids(key, n_tokens))
+        with self._lock:
+            self.prepared += 1
+        return ImageChunk(copy, n_tokens, key, placeholder_ids(key, n_tokens), self._freed)
+
+    def _freed(self) -> None:
+        with self._lock:
+            self.prepared -= 1
 
     def non_causal(self, chunk: ImageChunk) -> bool:
         """Whether the model attends over this image's tokens in both directions (Gemma 3

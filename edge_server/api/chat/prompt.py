@@ -8,12 +8,12 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine import Engine
+from ...engine import Engine, EngineOverloaded
 from ...engine.chat_template import TemplateError
-from ...engine.projector import RgbImage
+from ...engine.projector import ProjectorBusy, RgbImage
 from ...engine.projector_check import ProjectorError
 from ...engine.request import ImageSpan
-from ..errors import invalid, unsupported
+from ..errors import from_engine_error, invalid, unsupported
 from ..images import check_image_count, decode_image_url
 from ..prompt_bounds import check_prompt_bytes, too_long
 from . import tools as tooling
@@ -166,6 +166,8 @@ def chat_prompt(
             raise invalid("messages", "the chat template did not place each image once")
     try:
         prompt = engine.tokenize_chat_images(rendered, images.by_sentinel)
+    except ProjectorBusy as exc:
+        raise from_engine_error(EngineOverloaded(str(exc), status=503)) from exc
     except ProjectorError as exc:
         raise invalid("messages", f"an image could not be prepared: {exc}",
                       "invalid_image") from exc

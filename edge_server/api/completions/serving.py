@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine, GenerationRequest
+from ...engine import Engine, EngineOverloaded, GenerationRequest
 from ...engine.logprobs import TokenLogprob
-from ...engine.projector import RgbImage
+from ...engine.projector import ProjectorBusy, RgbImage
 from ...engine.projector_check import ProjectorError
 from ...engine.request import ImageSpan, RequestHandle
 from ..dependencies import off_loop
-from ..errors import invalid, unsupported
+from ..errors import from_engine_error, invalid, unsupported
 from ..images import check_image_count, decode_image_url
 from ..logprobs_format import completion_logprobs
 from ..prompt_bounds import check_prompt_bytes, check_token_count
@@ -96,6 +96,8 @@ def _image_prompt(req: CompletionRequest, engine: Engine) -> _Prompt:
         pieces += [decode_image_url(url, limits, f"images[{k}]"), text]
     try:
         prompt = engine.tokenize_images(pieces)
+    except ProjectorBusy as exc:
+        raise from_engine_error(EngineOverloaded(str(exc), status=503)) from exc
     except ProjectorError as exc:
         raise invalid("images", f"an image could not be prepared: {exc}",
                       "invalid_image") from exc
