@@ -275,3 +275,52 @@ def test_wrong_width_projector_fails_at_load_with_a_clear_error(tmp_path: Path) 
     assert server.process.wait(timeout=120) != 0
     assert "output width 512 does not match the model's embedding width 576" in (
         server.log_text())
+
+
+def test_anthropic_image_blocks(vision: RunningServer, server: RunningServer) -> None:
+    import anthropic
+
+    data = png_url(21).split(",", 1)[1]
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": data}}
+    question = {"type": "text", "text": "What is in the picture?"}
+
+    def ask(client: anthropic.Anthropic, first: dict) -> int:
+        r = client.messages.create(model=DEFAULT_MODEL, max_tokens=4, system="Be brief.",
+                                   messages=[{"role": "user", "content": [first, question]}])
+        return r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0)
+
+    with anthropic.Anthropic(base_url=vision.base_url, api_key="x", max_retries=0) as claude:
+        with_image = ask(claude, image)
+        assert with_image == ask(claude, {"type": "text", "text": ""}) + IMAGE_TOKENS
+        counted = claude.messages.count_tokens(
+            model=DEFAULT_MODEL, system="Be brief.",
+            messages=[{"role": "user", "content": [image, question]}])
+        assert counted.input_tokens == with_image
+        # A chat-side error names the Anthropic block (the system prompt shifts chat's
+        # message indices by one).
+        broken = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                              "data": "@@@"}}
+        with pytest.raises(anthropic.BadRequestError) as bad:
+            ask(claude, broken)
+        assert "messages[0].content[0].source" in str(bad.value)
+    with (anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0) as claude,
+          pytest.raises(anthropic.BadRequestError) as refused):
+        ask(claude, image)
+    assert "messages[0].content[0]" in str(refused.value)
+
+
+def test_responses_input_image(vision: RunningServer, server: RunningServer) -> None:
+    import openai
+
+    def ask(base: str, first: dict) -> int:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        r = client.responses.create(model=DEFAULT_MODEL, max_output_tokens=4, input=[{
+            "role": "user", "content": [first, {"type": "input_text", "text": "Describe it."}]}])
+        return r.usage.input_tokens
+
+    image = {"type": "input_image", "image_url": png_url(22), "detail": "auto"}
+    assert ask(vision.base_url, image) == ask(
+        vision.base_url, {"type": "input_text", "text": ""}) + IMAGE_TOKENS
+    with pytest.raises(openai.BadRequestError):
+        ask(server.base_url, image)

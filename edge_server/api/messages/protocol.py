@@ -25,7 +25,8 @@ class TextBlock(BaseModel):
 
 
 class ImageBlock(BaseModel):
-    """Recognized only to be refused by name: images go through /v1/chat/completions."""
+    """An image block (its `source`: base64 data or a URL) becomes an image_url part of
+    the chat request; the other kinds are recognized only to be refused by name."""
 
     model_config = _BLOCK
     type: Literal["image", "document", "search_result", "container_upload"]

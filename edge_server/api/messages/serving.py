@@ -20,30 +20,38 @@ from .blocks import Blocks
 from .outcome import StopReading, message_id, messages_usage
 from .protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
 from .streaming import stream_messages
-from .translate import PARAM_NAMES, to_chat
+from .translate import PARAM_NAMES, rename_image_param, to_chat
 
 
 def _prepare(req: MessagesRequest, engine: Engine) -> PreparedChat:
+    images: dict[str, str] = {}
     try:
-        return prepare(to_chat(req), engine)
+        return prepare(to_chat(req, images), engine)
     except APIError as exc:
-        raise renamed(exc) from exc
+        raise renamed(exc, images) from exc
 
 
-def renamed(exc: APIError) -> APIError:
+def renamed(exc: APIError, images: dict[str, str] | None = None) -> APIError:
+    """A chat-side error naming the field as the Anthropic request calls it."""
     if exc.param in PARAM_NAMES:
         exc.param = PARAM_NAMES[exc.param]
+    elif exc.param and images:
+        name = rename_image_param(exc.param, images)
+        if name is not None:
+            exc.message = exc.message.replace(exc.param, name)
+            exc.param = name
     return exc
 
 
 def _count(req: CountTokensRequest, engine: Engine) -> int:
     # The very rendering prepare() does, without sampling or grammars.
+    images: dict[str, str] = {}
     try:
-        chat = to_chat(req)
+        chat = to_chat(req, images)
         tools = tooling.active_tools(chat)
         prompt = chat_prompt(chat.messages, engine, tools, enable_thinking=chat.enable_thinking)
     except APIError as exc:
-        raise renamed(exc) from exc
+        raise renamed(exc, images) from exc
     return len(prompt.tokens)
 
 

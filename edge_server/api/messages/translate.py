@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from ..chat.protocol import (
     ChatCompletionRequest,
     ChatMessage,
+    ContentPart,
     FunctionCall,
     FunctionDef,
     NamedToolChoice,
@@ -30,8 +31,8 @@ from .protocol import (
     ToolUseBlock,
 )
 
-_NO_VISION = ("is not served on this endpoint; send images to /v1/chat/completions as "
-              "image_url parts (models with a projector)")
+_NO_VISION = "is not served: only text and image blocks are"
+_NO_IMAGE_SOURCE = "must be {\"type\": \"base64\", \"media_type\": …, \"data\": …} or a url"
 # Chat-side parameter names as the Anthropic request calls them.
 PARAM_NAMES = {"stop": "stop_sequences", "parallel_tool_calls": "tool_choice",
                "response_format": "output_config.format"}
@@ -47,7 +48,7 @@ def _text_of(blocks: list[TextBlock | ImageBlock], where: str) -> str:
     texts = []
     for k, block in enumerate(blocks):
         if isinstance(block, ImageBlock):
-            raise unsupported(f"{where}[{k}]", _NO_VISION)
+            raise unsupported(f"{where}[{k}]", "is not served: tool results hold text only")
         texts.append(block.text)
     return "\n".join(texts)
 
@@ -61,19 +62,44 @@ def _tool_result(block: ToolResultBlock, where: str) -> ChatMessage:
     return ChatMessage(role="tool", content=text, tool_call_id=block.tool_use_id)
 
 
-def _turn(message: Message, i: int) -> list[ChatMessage]:
+def _image_url(block: ImageBlock, where: str) -> str:
+    """An image block's source as the data URL (or URL) chat's image_url part takes."""
+    source = (block.model_extra or {}).get("source")
+    if not isinstance(source, dict):
+        raise invalid(f"{where}.source", f"`{where}.source` {_NO_IMAGE_SOURCE}")
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        media = source.get("media_type")
+        if not isinstance(media, str) or not media.startswith("image/") or len(media) > 64:
+            raise invalid(f"{where}.source.media_type", "an image media type is needed")
+        return f"data:{media};base64,{source['data']}"
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return source["url"]
+    raise invalid(f"{where}.source", f"`{where}.source` {_NO_IMAGE_SOURCE}")
+
+
+def _turn(message: Message, i: int, image_params: dict[str, str],
+          first: int) -> list[ChatMessage]:
     """One Anthropic message as chat messages: a user turn's tool results become tool
     messages (before its text, as Anthropic orders them); an assistant turn's tool_use
-    blocks its tool_calls."""
+    blocks its tool_calls. Image blocks of a user turn become image_url parts, and
+    `image_params` learns which chat part each one is (`first`: the index its chat
+    messages start at), so that errors name the block."""
     content = message.content
     blocks = [TextBlock(type="text", text=content)] if isinstance(content, str) else content
     texts: list[str] = []
+    parts: list[ContentPart] = []  # in order, once the turn holds an image
+    images: list[tuple[int, str]] = []  # (part index, the block's name)
     results: list[ChatMessage] = []
     calls: list[ToolCall] = []
     for j, block in enumerate(blocks):
         where = f"messages[{i}].content[{j}]"
         if isinstance(block, TextBlock):
             texts.append(block.text)
+            parts.append(ContentPart(type="text", text=block.text))
+        elif isinstance(block, ImageBlock) and block.type == "image" and message.role == "user":
+            images.append((len(parts), where))
+            parts.append(ContentPart(type="image_url", image_url={"url": _image_url(block,
+                                                                                    where)}))
         elif isinstance(block, ImageBlock):
             raise unsupported(where, _NO_VISION)
         elif isinstance(block, ToolResultBlock):
@@ -91,12 +117,15 @@ def _turn(message: Message, i: int) -> list[ChatMessage]:
     if message.role == "assistant":
         return [ChatMessage(role="assistant", content=text or (None if calls else ""),
                             tool_calls=calls or None)]
-    if results and not texts:
+    if results and not texts and not images:
         return results
-    return [*results, ChatMessage(role="user", content=text)]
+    index = first + len(results)
+    for part, name in images:
+        image_params[f"messages[{index}].content[{part}].image_url"] = name
+    return [*results, ChatMessage(role="user", content=parts if images else text)]
 
 
-def _messages(req: CountTokensRequest) -> list[ChatMessage]:
+def _messages(req: CountTokensRequest, image_params: dict[str, str]) -> list[ChatMessage]:
     out: list[ChatMessage] = []
     if req.system:
         system = req.system if isinstance(req.system, str) else "\n".join(
@@ -107,7 +136,7 @@ def _messages(req: CountTokensRequest) -> list[ChatMessage]:
         last = f"messages[{len(req.messages) - 1}]"
         raise unsupported(last, "(a final assistant message, to be continued) is not supported")
     for i, message in enumerate(req.messages):
-        out.extend(_turn(message, i))
+        out.extend(_turn(message, i, image_params, len(out)))
     return out
 
 
@@ -141,8 +170,10 @@ def _tool_choice(req: CountTokensRequest) -> str | NamedToolChoice | None:
     return {"auto": "auto", "any": "required", "none": "none"}[choice.type]
 
 
-def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
-    """The chat request that renders the same prompt and samples the same way."""
+def to_chat(req: CountTokensRequest, image_params: dict[str, str] | None = None
+            ) -> ChatCompletionRequest:
+    """The chat request that renders the same prompt and samples the same way.
+    `image_params` learns the chat names of image blocks (see rename_image_param)."""
     _refuse_unsupported(req)
     thinking = req.thinking is not None and req.thinking.on
     tool_choice = _tool_choice(req)
@@ -152,7 +183,7 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
                       "tool use")
     fields: dict[str, object] = {
         "model": req.model,
-        "messages": _messages(req),
+        "messages": _messages(req, {} if image_params is None else image_params),
         "tools": _tools(req),
         "tool_choice": tool_choice,
         # Thinking is off unless asked for; asked for, it comes back as thinking blocks.
@@ -182,3 +213,12 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
         # Checked above already; a limit of the chat request's own is the one way here.
         raise APIError(400, f"invalid request: {exc.errors(include_url=False)[0]['msg']}",
                        code="invalid_value") from exc
+
+
+def rename_image_param(param: str, image_params: dict[str, str]) -> str | None:
+    """The Anthropic name of a chat-side image error (`messages[2].content[0].image_url.url`
+    is `messages[1].content[0].source` when a system prompt came first)."""
+    for chat, ours in image_params.items():
+        if param == chat or param.startswith(chat + "."):
+            return ours + ".source" if param != chat else ours
+    return None

@@ -17,6 +17,7 @@ from ..chat.choice_output import ChoiceOutput
 from ..chat.protocol import (
     ChatCompletionRequest,
     ChatMessage,
+    ContentPart,
     FunctionCall,
     NamedToolChoice,
     Tool,
@@ -76,6 +77,30 @@ def check_fields(req: ResponsesRequest) -> None:
         raise unsupported("service_tier", f"{req.service_tier!r} is not served")
 
 
+def _content(parts: str | list[InputPart], where: str, reads_images: bool
+             ) -> str | list[ContentPart]:
+    """A message's content as chat takes it: its text, or, once it holds an
+    `input_image`, its parts in order (image_url parts for the images)."""
+    if isinstance(parts, str) or not any(p.type == "input_image" for p in parts):
+        return _part_text(parts, where)
+    out = []
+    for j, part in enumerate(parts):
+        if part.type != "input_image":
+            out.append(ContentPart(type="text", text=_part_text([part], f"{where}[{j}]")))
+            continue
+        if not reads_images:
+            raise unsupported(f"{where}[{j}]", "needs a model with a multimodal projector; "
+                              "this one is text-only")
+        extra = part.model_extra or {}
+        url = extra.get("image_url")
+        if not isinstance(url, str):
+            raise unsupported(f"{where}[{j}]", "needs `image_url` (a data URL); file_id "
+                              "needs stored files, which this server does not keep")
+        out.append(ContentPart(type="image_url", image_url={
+            "url": url, "detail": extra.get("detail") or "auto"}))
+    return out
+
+
 def _part_text(parts: str | list[InputPart], where: str) -> str:
     if isinstance(parts, str):
         return parts
@@ -85,12 +110,12 @@ def _part_text(parts: str | list[InputPart], where: str) -> str:
         text = (part.model_extra or {}).get("refusal") if part.type == "refusal" else part.text
         if part.type not in _TEXT_PARTS or not isinstance(text, str):
             raise unsupported(f"{where}[{j}]", f"(type `{part.type[:64]}`) is not served: "
-                              "only text parts are (images: /v1/chat/completions)")
+                              "only text and image parts are")
         texts.append(text)
     return "\n".join(texts)
 
 
-def _messages(req: ResponsesRequest) -> list[ChatMessage]:
+def _messages(req: ResponsesRequest, reads_images: bool) -> list[ChatMessage]:
     """The input as chat messages: instructions first, a function_call joins the assistant
     turn before it, a function_call_output is the tool message answering it."""
     out: list[ChatMessage] = []
@@ -100,8 +125,9 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
         else req.input
     for i, item in enumerate(items):
         if isinstance(item, MessageItem):
-            text = _part_text(item.content, f"input[{i}].content")
-            out.append(ChatMessage(role=item.role, content=text))
+            out.append(ChatMessage(role=item.role,
+                                   content=_content(item.content, f"input[{i}].content",
+                                                    reads_images)))
         elif isinstance(item, FunctionCallItem):
             call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name,
                                                                    arguments=item.arguments))
@@ -152,8 +178,9 @@ def _tools(req: ResponsesRequest) -> list[Tool] | None:
     return tools
 
 
-def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
-    """The chat request a Responses request means (its fields checked by check_fields)."""
+def to_chat(req: ResponsesRequest, reads_images: bool = False) -> ChatCompletionRequest:
+    """The chat request a Responses request means (its fields checked by check_fields);
+    `reads_images`: the model has a projector, so `input_image` parts are served."""
     choice: Any = req.tool_choice
     if choice is not None and not isinstance(choice, str):
         if choice.type != "function" or not choice.name:
@@ -163,7 +190,8 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
     effort = req.reasoning.effort if req.reasoning else None
     try:
         return ChatCompletionRequest(
-            model=req.model, messages=_messages(req), tools=_tools(req), tool_choice=choice,
+            model=req.model, messages=_messages(req, reads_images), tools=_tools(req),
+            tool_choice=choice,
             parallel_tool_calls=req.parallel_tool_calls, response_format=_response_format(req),
             max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p,
             user=req.user, separate_reasoning=True, enable_thinking=effort != "none",
@@ -187,7 +215,7 @@ def _renamed(exc: APIError) -> APIError:
 
 def _prepare(req: ResponsesRequest, engine: Engine) -> PreparedChat:
     try:
-        return prepare(to_chat(req), engine)
+        return prepare(to_chat(req, "image" in engine.modalities), engine)
     except APIError as exc:
         raise _renamed(exc) from exc
 
