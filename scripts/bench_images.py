@@ -15,10 +15,9 @@ import argparse
 import base64
 import importlib.util
 import io
-import socket
+import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,9 +25,9 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from bench_common import ROOT, start_edge_server
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "default"
 
 
@@ -49,23 +48,9 @@ def png_url(seed: int) -> str:
 
 
 def start(projector: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_server", "serve", "--port", str(port), "--mmproj",
-         str(projector), "--parallel", "8", "--ctx-size", "16384"],
-        stdout=(work / "server.log").open("wb"), stderr=subprocess.STDOUT, cwd=ROOT,
-        env={"XDG_DATA_HOME": str(work / "data"), "PATH": "/usr/bin:/bin"})
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server did not start")
+    return start_edge_server(
+        ["--mmproj", str(projector), "--parallel", "8", "--ctx-size", "16384"],
+        env={**os.environ, "XDG_DATA_HOME": str(work / "data")}, log=work / "server.log")
 
 
 def image_chat(base: str, images: list[str], question: str, max_tokens: int = 8

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,21 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+from bench_common import ROOT, free_port, rss_mib, wait_ready
 
 
 class Replica:
@@ -60,20 +45,10 @@ class Replica:
         self.peak = 0.0
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("a replica exited at start")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError("a replica did not become ready")
+        wait_ready(self.proc, f"{self.url}/health", what=f"replica {self.name}")
 
     def sample(self) -> float:
-        value = rss_mb(self.proc.pid)
+        value = rss_mib(self.proc.pid)
         self.peak = max(self.peak, value)
         return value
 

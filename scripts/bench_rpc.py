@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,41 +26,18 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_common import free_port, rss_mib, start_edge_server  # noqa: E402
+
 from edge_server.engine.rpc_devices import rpc_build_dir  # noqa: E402
 
 PROMPT = "The history of the bicycle begins"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def start(args: list[str], log: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "edge_server", "serve", "--port", str(port), *args]
-    process = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                               env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"server exited:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("server not healthy in 120 s")
+    try:
+        return start_edge_server(args, env=env, log=log)
+    except RuntimeError as exc:
+        raise SystemExit(f"{exc}:\n{log.read_text()}") from exc
 
 
 def one_run(base: str, tokens: int) -> tuple[float, float]:

@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from bench_common import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA_SERVER_DEFAULT = ROOT / ".bench" / "llama.cpp" / "build" / "bin" / "llama-server"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:
@@ -40,18 +32,11 @@ class ServerProcess:
             [*self.cmd, "--port", str(self.port)], cwd=ROOT, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, env={**os.environ, **(self.env or {})},
         )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited at start ({self.cmd})")
-            try:
-                if httpx.get(f"{self.url}{self.ready_path}", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.close()
-        raise RuntimeError(f"{self.name} did not become ready")
+        try:
+            wait_ready(self.proc, f"{self.url}{self.ready_path}", timeout=300, what=self.name)
+        except RuntimeError:
+            self.close()
+            raise
 
     def close(self) -> None:
         """SIGTERM, as a service manager stops it (edge_server saves its caches then)."""

@@ -16,11 +16,15 @@ import io
 import re
 import urllib.request
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from PIL import Image, UnidentifiedImageError
 
-from ..engine.projector import ImageLimits, RgbImage
-from .errors import APIError, invalid
+from ..engine import EngineOverloaded
+from ..engine.projector import ImageLimits, ProjectorBusy, RgbImage
+from ..engine.projector_check import ProjectorError
+from .errors import APIError, from_engine_error, invalid
 
 _FORMATS = {"PNG", "JPEG", "WEBP", "GIF", "BMP"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w=.+-]+)*),", re.I)
@@ -99,3 +103,15 @@ def check_image_count(count: int, limits: ImageLimits, param: str) -> None:
     if count > limits.max_images:
         raise invalid(param, f"{count} images; at most {limits.max_images} per request",
                       "too_many_images")
+
+
+@contextmanager
+def image_errors(param: str) -> Iterator[None]:
+    """Preparing images in the model's projector: too many waiting is a 503 with
+    Retry-After; an image llama.cpp could not prepare is a 400 naming `param`."""
+    try:
+        yield
+    except ProjectorBusy as exc:
+        raise from_engine_error(EngineOverloaded(str(exc), status=503)) from exc
+    except ProjectorError as exc:
+        raise invalid(param, f"an image could not be prepared: {exc}", "invalid_image") from exc

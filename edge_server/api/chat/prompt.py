@@ -8,13 +8,12 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine import Engine, EngineOverloaded
+from ...engine import Engine
 from ...engine.chat_template import TemplateError
-from ...engine.projector import ProjectorBusy, RgbImage
-from ...engine.projector_check import ProjectorError
+from ...engine.projector import RgbImage
 from ...engine.request import ImageSpan
-from ..errors import from_engine_error, invalid, unsupported
-from ..images import check_image_count, decode_image_url
+from ..errors import invalid, unsupported
+from ..images import check_image_count, decode_image_url, image_errors
 from ..prompt_bounds import check_prompt_bytes, too_long
 from . import tools as tooling
 from .protocol import ChatMessage, Tool
@@ -164,11 +163,6 @@ def chat_prompt(
     for key in images.by_sentinel:
         if rendered.text.count(key) != 1:  # a template that drops or repeats content
             raise invalid("messages", "the chat template did not place each image once")
-    try:
+    with image_errors("messages"):
         prompt = engine.tokenize_chat_images(rendered, images.by_sentinel)
-    except ProjectorBusy as exc:
-        raise from_engine_error(EngineOverloaded(str(exc), status=503)) from exc
-    except ProjectorError as exc:
-        raise invalid("messages", f"an image could not be prepared: {exc}",
-                      "invalid_image") from exc
     return ChatPrompt(rendered.text, prompt.tokens, prompt.images)

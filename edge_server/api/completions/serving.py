@@ -9,14 +9,13 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine, EngineOverloaded, GenerationRequest
+from ...engine import Engine, GenerationRequest
 from ...engine.logprobs import TokenLogprob
-from ...engine.projector import ProjectorBusy, RgbImage
-from ...engine.projector_check import ProjectorError
+from ...engine.projector import RgbImage
 from ...engine.request import ImageSpan, RequestHandle
 from ..dependencies import off_loop
-from ..errors import from_engine_error, invalid, unsupported
-from ..images import check_image_count, decode_image_url
+from ..errors import invalid, unsupported
+from ..images import check_image_count, decode_image_url, image_errors
 from ..logprobs_format import completion_logprobs
 from ..prompt_bounds import check_prompt_bytes, check_token_count
 from ..serving_common import (
@@ -94,13 +93,8 @@ def _image_prompt(req: CompletionRequest, engine: Engine) -> _Prompt:
     pieces: list[str | RgbImage] = [texts[0]]
     for k, (url, text) in enumerate(zip(req.images or [], texts[1:], strict=True)):
         pieces += [decode_image_url(url, limits, f"images[{k}]"), text]
-    try:
+    with image_errors("images"):
         prompt = engine.tokenize_images(pieces)
-    except ProjectorBusy as exc:
-        raise from_engine_error(EngineOverloaded(str(exc), status=503)) from exc
-    except ProjectorError as exc:
-        raise invalid("images", f"an image could not be prepared: {exc}",
-                      "invalid_image") from exc
     return _Prompt(prompt.tokens, req.prompt, prompt.images)
 
 

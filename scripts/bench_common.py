@@ -1,0 +1,57 @@
+"""What the benchmark scripts share: ports, a server's memory, starting edge_server and
+waiting until it answers."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process (Linux), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, *, timeout: float = 120.0,
+               what: str = "the server") -> None:
+    """Until `url` answers 200; RuntimeError if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited at start")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} was not ready in {timeout:.0f} s")
+
+
+def start_edge_server(args: list[str], *, env: dict[str, str], log: Path | None = None
+                      ) -> tuple[subprocess.Popen[bytes], str]:
+    """`edge-server serve ARGS` on a free port, healthy: (process, base URL)."""
+    port = free_port()
+    out = log.open("wb") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_server", "serve", "--port", str(port), *args],
+        cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(proc, f"{base}/health", what="edge_server")
+    return proc, base
