@@ -70,8 +70,9 @@ class ServeOptions:
     repack: str = _opt("auto", "CPU weights repacked for AMX/AVX kernels: auto (on, unless a "
                        "one-time probe shows this machine's AMX kernels crash), on, off",
                        choices=["auto", "on", "off"])
-    flash_attn: str = _opt("auto", "llama.cpp's flash attention: auto (off on CPU-only builds, "
-                           "whose kernel is slow on batches spanning several sequences; "
+    flash_attn: str = _opt("auto", "llama.cpp's flash attention: auto (on CPU-only builds, "
+                           "on for attention heads of 128 or wider and off for narrower ones, "
+                           "whose CPU kernel is slow on batches spanning several sequences; "
                            "llama.cpp's choice with a GPU backend), on, off",
                            choices=["auto", "on", "off"])
     rpc: list[str] = _opt([], "llama.cpp rpc-server HOST:PORT that holds model layers too "
