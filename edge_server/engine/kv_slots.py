@@ -62,15 +62,22 @@ class SlotTable:
         return [s for s in self.slots if not s.busy]
 
     def choose(self, free: list[Slot], prompt: list[int]) -> Slot:
-        """The free slot to serve `prompt`: one whose cache it mostly keeps, else the
-        least recently used (an empty one first)."""
+        """The free slot to serve `prompt`: one whose cache it mostly keeps; else one
+        next to busy slots (filling a gap first), then the least recently used (an empty
+        one first). Busy slots in one run of sequence ids decode in one graph run per
+        step; each gap costs another (see step_batch)."""
         def kept_share(slot: Slot) -> float:
             return common_prefix(slot.cached, prompt) / len(slot.cached) if slot.cached else 0
 
         best = max(free, key=kept_share)
         if kept_share(best) >= _REUSE_SHARE:
             return best
-        return min(free, key=lambda s: (bool(s.cached), s.last_used))
+        busy = {s.seq_id for s in self.slots if s.busy}
+
+        def busy_neighbours(slot: Slot) -> int:
+            return (slot.seq_id - 1 in busy) + (slot.seq_id + 1 in busy)
+
+        return min(free, key=lambda s: (-busy_neighbours(s), bool(s.cached), s.last_used))
 
     def best_source(self, prompt: list[int], dst: Slot) -> PrefixSource:
         """Where the longest prefix of `prompt` is available right now."""

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .batch import DecodeBatch
-from .image_prefill import decode_image, image_at, text_end
+from .image_prefill import decode_image, image_at
 from .jobs import Choice, Job, JobStats
 from .kv_slots import Slot, SlotTable
 from .llama_model import LlamaModel
@@ -32,6 +32,7 @@ from .prompt_store import PromptStore
 from .request import DONE_MARKER, ChoiceDelta, EngineError, GenerationRequest, RequestHandle
 from .sampling import GrammarError
 from .seating import add_choices, open_job, resolve_wait, seat_pending_choices
+from .step_batch import fill_step_batch
 from .thread_tuner import ThreadTuner
 from .waiting import WaitingQueue
 
@@ -163,33 +164,7 @@ class Scheduler:
         if not self._jobs:
             return
         batch = self._batch
-        batch.clear()
-        decoding: list[tuple[Job, Choice]] = []
-        firsts: list[tuple[Job, Choice]] = []
-        for job in self._jobs:
-            for choice in job.choices:
-                if choice.slot is None or choice.finished:
-                    continue
-                if choice.first_from >= 0:
-                    choice.row = batch.add(choice.first_from, choice.position, choice.seq_id,
-                                           logits=True)
-                    firsts.append((job, choice))
-                elif choice.next_token >= 0:
-                    choice.row = batch.add(choice.next_token, choice.position, choice.seq_id,
-                                           logits=True)
-                    decoding.append((job, choice))
-        budget = batch.free
-        if decoding or firsts:
-            budget = min(budget, self.settings.prefill_chunk_while_decoding)
-        prefill_spans: list[tuple[Job, int, int]] = []
-        for job in self._jobs:
-            if budget <= 0:
-                break
-            if job.prefilling and job.wait_for is None:
-                end, first_row = self._add_prompt_chunk(job, budget)
-                if end > job.prefill_at:
-                    budget -= end - job.prefill_at
-                    prefill_spans.append((job, end, first_row))
+        step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
 
@@ -201,38 +176,21 @@ class Scheduler:
                 self._abort(job, EngineError(f"llama_decode failed ({status})"))
             return
 
-        for job, end, first_row in prefill_spans:
+        for job, end, first_row in step.prefill:
             if job.request.prompt_logprobs:
                 self._score_prompt(job, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
             if not job.prefilling:
                 self._start_choices(job)
-        for job, choice in firsts:
+        for job, choice in step.firsts:
             self._record_decoded(choice, choice.first_from)
             choice.first_from = -1
             self._on_token(job, choice, choice.row)
-        for job, choice in decoding:
+        for job, choice in step.decoding:
             self._record_decoded(choice, choice.next_token)
             self._on_token(job, choice, choice.row)
         self._finish_done_jobs()
-
-    def _add_prompt_chunk(self, job: Job, budget: int) -> tuple[int, int]:
-        """Adds the job's next text chunk (up to its next image) to the batch; returns
-        where it ends and its first row (end == prefill_at: an image comes first)."""
-        prompt = job.request.prompt_tokens
-        end = text_end(job.request, job.prefill_at, min(len(prompt), job.prefill_at + budget))
-        batch = self._batch
-        first_row = batch.size
-        if end == job.prefill_at:
-            return end, first_row
-        row = batch.add_span(prompt[job.prefill_at : end], job.prefill_at, job.slot.seq_id,
-                             logits_last=end == len(prompt))
-        if job.request.prompt_logprobs:
-            batch.want_logits[first_row : row + 1] = 1
-        if end == len(prompt):
-            job.prompt_row = row
-        return end, first_row
 
     def _decode_next_image(self) -> None:
         """Decodes the first image a prefilling job has reached: one per step, so other

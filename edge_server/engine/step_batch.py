@@ -1,0 +1,85 @@
+"""One engine step's batch: the next token of every generating sequence plus chunks of
+waiting prompts, with rows in ascending sequence id.
+
+The order matters for speed. With a KV stream per sequence, llama.cpp splits a batch
+into ubatches that hold only consecutive, increasing sequence ids (llama_batch_allocr::
+split_equal, sequential), one graph run each: the same 8 sequences added as 4,5,6,7,0,1,
+2,3 took two runs per step, 15% longer than in order (measured here, SmolLM2, 8 x 64
+steps: 3.74 s against 3.25 s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .batch import DecodeBatch
+from .image_prefill import text_end
+from .jobs import Choice, Job
+
+
+@dataclass
+class StepBatch:
+    decoding: list[tuple[Job, Choice]] = field(default_factory=list)  # next tokens
+    firsts: list[tuple[Job, Choice]] = field(default_factory=list)  # re-evaluated prompt ends
+    prefill: list[tuple[Job, int, int]] = field(default_factory=list)  # job, end, first row
+
+
+def _chunk_end(job: Job, budget: int) -> int:
+    """Where the job's next prompt chunk ends: within `budget`, before its next image."""
+    prompt = job.request.prompt_tokens
+    return text_end(job.request, job.prefill_at, min(len(prompt), job.prefill_at + budget))
+
+
+def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
+    """Adds prompt tokens prefill_at..end of the job; returns the first row."""
+    prompt = job.request.prompt_tokens
+    first_row = batch.size
+    row = batch.add_span(prompt[job.prefill_at : end], job.prefill_at, job.slot.seq_id,
+                         logits_last=end == len(prompt))
+    if job.request.prompt_logprobs:
+        batch.want_logits[first_row : row + 1] = 1
+    if end == len(prompt):
+        job.prompt_row = row
+    return first_row
+
+
+def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int
+                    ) -> StepBatch:
+    """Fills `batch` for one step. Prompt chunks share what the batch has left in job
+    order (at most `prefill_while_decoding` tokens while sequences generate, so a long
+    prompt delays their next token by a fraction of a second only)."""
+    batch.clear()
+    tokens: list[tuple[int, Job, Choice]] = []
+    for job in jobs:
+        for choice in job.choices:
+            if choice.slot is not None and not choice.finished and (
+                    choice.first_from >= 0 or choice.next_token >= 0):
+                tokens.append((choice.seq_id, job, choice))
+    budget = batch.capacity - len(tokens)
+    if tokens:
+        budget = min(budget, prefill_while_decoding)
+    chunks: list[tuple[int, Job, int]] = []
+    for job in jobs:
+        if budget <= 0:
+            break
+        if job.prefilling and job.wait_for is None:
+            end = _chunk_end(job, budget)
+            if end > job.prefill_at:  # else an image comes first (image_prefill)
+                budget -= end - job.prefill_at
+                chunks.append((job.slot.seq_id, job, end))
+    order = sorted([(seq, 0, i) for i, (seq, _, _) in enumerate(tokens)]
+                   + [(seq, 1, i) for i, (seq, _, _) in enumerate(chunks)])
+    step = StepBatch()
+    for seq, kind, i in order:
+        if kind == 1:
+            _, job, end = chunks[i]
+            step.prefill.append((job, end, _add_chunk(batch, job, end)))
+            continue
+        _, job, choice = tokens[i]
+        if choice.first_from >= 0:
+            choice.row = batch.add(choice.first_from, choice.position, seq, logits=True)
+            step.firsts.append((job, choice))
+        else:
+            choice.row = batch.add(choice.next_token, choice.position, seq, logits=True)
+            step.decoding.append((job, choice))
+    return step
