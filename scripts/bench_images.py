@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import importlib.util
 import io
 import os
 import statistics
@@ -25,19 +24,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from bench_common import ROOT, start_edge_server
+from bench_common import start_edge_server
+from make_test_projector import write_projector
 from PIL import Image
 
 MODEL = "default"
-
-
-def _projector_script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("make_test_projector",
-                                                  ROOT / "scripts" / "make_test_projector.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def png_url(seed: int) -> str:
@@ -105,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        projector = _projector_script().write_projector(work / "test-mmproj.gguf")
+        projector = write_projector(work / "test-mmproj.gguf")
         proc, base = start(projector, work)
         try:
             def encoded() -> int:

@@ -178,3 +178,16 @@ def verify_unit(tmp: Path, unit: str, executable: str, env_files: tuple[str, ...
                             capture_output=True, text=True, timeout=60)
     problems = [line for line in (result.stdout + result.stderr).splitlines() if unit in line]
     assert result.returncode == 0 and not problems, result.stdout + result.stderr
+
+
+def write_test_projector(path: Path, **kwargs: object) -> Path:
+    """The tiny random multimodal projector of scripts/make_test_projector.py (test-only;
+    its keyword arguments write broken files on purpose)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_test_projector", ROOT / "scripts" / "make_test_projector.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.write_projector(path, **kwargs)  # type: ignore[no-any-return]

@@ -10,7 +10,6 @@ cached and not encoded again, and bad input refused by name without hurting the 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import io
 import json
 import threading
@@ -21,16 +20,16 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import DEFAULT_MODEL, ROOT, RunningServer, start_server, stop_server
+from conftest import (
+    DEFAULT_MODEL,
+    RunningServer,
+    start_server,
+    stop_server,
+    write_test_projector,
+)
 from PIL import Image
 
 IMAGE_TOKENS = 16  # (32 / 8) ** 2 patches of the test projector
-_spec = importlib.util.spec_from_file_location(
-    "make_test_projector", ROOT / "scripts" / "make_test_projector.py")
-assert _spec is not None and _spec.loader is not None
-projector_script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(projector_script)
-
 
 def png_url(seed: int, size: tuple[int, int] = (48, 40)) -> str:
     pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), np.uint8)
@@ -42,7 +41,7 @@ def png_url(seed: int, size: tuple[int, int] = (48, 40)) -> str:
 @pytest.fixture(scope="module")
 def vision(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("vision")
-    projector = projector_script.write_projector(tmp / "test-mmproj.gguf")
+    projector = write_test_projector(tmp / "test-mmproj.gguf")
     server = start_server(tmp, "--mmproj", str(projector), "--parallel", "4",
                           "--ctx-size", "8192", name="vision")
     yield server
@@ -223,7 +222,7 @@ def test_image_urls_are_fetched_only_when_allowed(tmp_path: Path) -> None:
 
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
-    projector = projector_script.write_projector(tmp_path / "mmproj.gguf")
+    projector = write_test_projector(tmp_path / "mmproj.gguf")
     server = start_server(tmp_path, "--mmproj", str(projector), "--image-urls", "on",
                           "--parallel", "1", name="fetching")
     try:
@@ -254,7 +253,7 @@ def test_broken_projectors_are_refused_before_llama_cpp(tmp_path: Path, name: st
     from edge_server.engine.projector_check import ProjectorError, check_projector
 
     kwargs, message = BROKEN_PROJECTORS[name]
-    path = projector_script.write_projector(tmp_path / "broken.gguf", **kwargs)
+    path = write_test_projector(tmp_path / "broken.gguf", **kwargs)
     with pytest.raises(ProjectorError, match=message):
         check_projector(path, 576)
 
@@ -262,7 +261,7 @@ def test_broken_projectors_are_refused_before_llama_cpp(tmp_path: Path, name: st
 def test_truncated_projector_is_refused(tmp_path: Path) -> None:
     from edge_server.engine.projector_check import ProjectorError, check_projector
 
-    data = projector_script.write_projector(tmp_path / "whole.gguf").read_bytes()
+    data = write_test_projector(tmp_path / "whole.gguf").read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) - 4096])
     with pytest.raises(ProjectorError):
@@ -270,7 +269,7 @@ def test_truncated_projector_is_refused(tmp_path: Path) -> None:
 
 
 def test_wrong_width_projector_fails_at_load_with_a_clear_error(tmp_path: Path) -> None:
-    projector = projector_script.write_projector(tmp_path / "narrow.gguf", width=512)
+    projector = write_test_projector(tmp_path / "narrow.gguf", width=512)
     server = start_server(tmp_path, "--mmproj", str(projector), wait=False, name="narrow")
     assert server.process.wait(timeout=120) != 0
     assert "output width 512 does not match the model's embedding width 576" in (

@@ -4,7 +4,6 @@ them; corrupted downloads and checksum mismatches are refused; offline behaviour
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, start_server, stop_server
+from conftest import ROOT, start_server, stop_server, write_test_projector
 from local_hub import LocalHub
 
 from edge_server.default_model import default_model_path
@@ -29,12 +28,7 @@ def gguf_bytes() -> bytes:
 
 @pytest.fixture(scope="module")
 def projector_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    spec = importlib.util.spec_from_file_location(
-        "make_test_projector", ROOT / "scripts" / "make_test_projector.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script.write_projector(tmp_path_factory.mktemp("mmproj") / "p.gguf").read_bytes()
+    return write_test_projector(tmp_path_factory.mktemp("mmproj") / "p.gguf").read_bytes()
 
 
 @pytest.fixture()

@@ -41,15 +41,17 @@ class PromptTokens:
     tokens: list[int] = field(default_factory=list)
     images: list[ImageSpan] = field(default_factory=list)
 
-    def add(self, pieces: list[int] | list[int | ImageChunk]) -> None:
+    def add_text(self, tokens: list[int]) -> None:
+        self.tokens += tokens
+
+    def add_image(self, pieces: list[list[int] | ImageChunk]) -> None:
+        """An image as the projector lays it out: its own marker tokens and the image."""
         for piece in pieces:
             if isinstance(piece, ImageChunk):
                 self.images.append(ImageSpan(len(self.tokens), piece))
                 self.tokens += piece.placeholders
-            elif isinstance(piece, list):
-                self.tokens += piece
             else:
-                self.tokens.append(piece)
+                self.tokens += piece
 
 
 def control_token_texts(vocab: Vocab) -> list[str]:
@@ -207,25 +209,23 @@ class Engine:
         pattern = "(" + "|".join(re.escape(k) for k in images) + ")"
         for i, piece in enumerate(re.split(pattern, rendered.text)):
             if piece in images:
-                prompt.add(self.projector.image_prompt(images[piece]))
+                prompt.add_image(self.projector.image_prompt(images[piece]))
             elif i == 0:
-                prompt.add(self.tokenize_chat(RenderedChat(piece, rendered.literals)))
+                prompt.add_text(self.tokenize_chat(RenderedChat(piece, rendered.literals)))
             elif piece:
-                prompt.add(self._chat_text_tokens(piece, rendered.literals))
+                prompt.add_text(self._chat_text_tokens(piece, rendered.literals))
         return prompt
 
-    def tokenize_images(self, pieces: list[str | RgbImage]) -> PromptTokens:
-        """A raw prompt of text (special tokens parsed, as raw prompts are) and images;
-        the model's BOS, if it wants one, before the first piece."""
-        assert self.projector is not None
+    def tokenize_images(self, texts: list[str], images: list[RgbImage]) -> PromptTokens:
+        """A raw prompt of text (special tokens parsed, as raw prompts are) with
+        images[k] between texts[k] and texts[k + 1]; the model's BOS, if it wants one,
+        first."""
+        assert self.projector is not None and len(texts) == len(images) + 1
         prompt = PromptTokens()
-        for i, piece in enumerate(pieces):
-            if isinstance(piece, RgbImage):
-                if i == 0:
-                    prompt.add(self.tokenize("", add_special=True))
-                prompt.add(self.projector.image_prompt(piece))
-            elif piece or i == 0:
-                prompt.add(self.tokenize(piece, add_special=i == 0))
+        prompt.add_text(self.tokenize(texts[0], add_special=True))
+        for image, text in zip(images, texts[1:], strict=True):
+            prompt.add_image(self.projector.image_prompt(image))
+            prompt.add_text(self.tokenize(text, add_special=False))
         return prompt
 
     def submit(self, request: GenerationRequest) -> RequestHandle:

@@ -133,7 +133,7 @@ class Projector:
     def modalities(self) -> tuple[str, ...]:
         return (("image",) if self.vision else ()) + (("audio",) if self.audio else ())
 
-    def image_prompt(self, image: RgbImage) -> list[int | ImageChunk]:
+    def image_prompt(self, image: RgbImage) -> list[list[int] | ImageChunk]:
         """The tokens mtmd puts around an image (begin/end markers, model-specific) and
         the image itself, in prompt order. CPU-bound (resizing): call off the loop.
         Raises ProjectorBusy while MAX_PREPARED_IMAGES wait for the engine."""

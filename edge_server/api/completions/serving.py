@@ -11,7 +11,6 @@ from starlette.responses import JSONResponse, Response
 
 from ...engine import Engine, GenerationRequest
 from ...engine.logprobs import TokenLogprob
-from ...engine.projector import RgbImage
 from ...engine.request import ImageSpan, RequestHandle
 from ..dependencies import off_loop
 from ..errors import invalid, unsupported
@@ -90,11 +89,10 @@ def _image_prompt(req: CompletionRequest, engine: Engine) -> _Prompt:
     if len(texts) - 1 != len(req.images or []):
         raise invalid("images", f"{len(req.images or [])} images for {len(texts) - 1} "
                       f"`{IMAGE_MARKER}` markers in the prompt; give one image per marker")
-    pieces: list[str | RgbImage] = [texts[0]]
-    for k, (url, text) in enumerate(zip(req.images or [], texts[1:], strict=True)):
-        pieces += [decode_image_url(url, limits, f"images[{k}]"), text]
+    images = [decode_image_url(url, limits, f"images[{k}]")
+              for k, url in enumerate(req.images or [])]
     with image_errors("images"):
-        prompt = engine.tokenize_images(pieces)
+        prompt = engine.tokenize_images(texts, images)
     return _Prompt(prompt.tokens, req.prompt, prompt.images)
 
 
