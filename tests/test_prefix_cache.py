@@ -11,7 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
+from conftest import (
+    DEFAULT_MODEL,
+    RunningServer,
+    agree_up_to_near_ties,
+    start_server,
+    stop_server,
+)
 
 WORDS = ["amber", "brook", "cedar", "delta", "ember", "fjord", "grove", "heron", "inlet",
          "juniper", "kestrel", "lagoon", "maple", "nettle", "osprey", "prairie"]
@@ -32,18 +38,6 @@ def complete(url: str, prompt: str, **extra) -> dict:
 def cached_share(body: dict) -> float:
     usage = body["usage"]
     return usage["prompt_tokens_details"]["cached_tokens"] / usage["prompt_tokens"]
-
-
-def agree_up_to_near_ties(a: dict, b: dict) -> None:
-    """Greedy tokens match until a split that the first run saw as a near tie (llama.cpp's
-    numerics depend on how a sequence's KV was computed: batch shapes, copies)."""
-    la, lb = a["choices"][0]["logprobs"], b["choices"][0]["logprobs"]
-    for k, (ta, tb) in enumerate(zip(la["tokens"], lb["tokens"], strict=False)):
-        if ta != tb:
-            top = sorted(la["top_logprobs"][k].values(), reverse=True)
-            assert len(top) > 1 and top[0] - top[1] < 0.5, (k, ta, tb, top)
-            return
-        assert abs(la["token_logprobs"][k] - lb["token_logprobs"][k]) < 0.5
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .kv_slots import Slot
 from .logprobs import TokenLogprob
+from .lookup_draft import LookupDraft
 from .request import ChoiceDelta, GenerationRequest, RequestHandle
 from .sampling import SamplerChain
 from .text_stream import TextStream
@@ -48,6 +49,8 @@ class Choice:
     # A choice that starts on a sequence which already holds the prompt evaluates the
     # last prompt token again to get the logits of its first token.
     first_from: int = -1  # that token, or -1
+    lookup: LookupDraft | None = None  # made at its first decode step (step_batch)
+    drafts: list[int] = field(default_factory=list)  # rows after next_token this step
 
     @property
     def seq_id(self) -> int:

@@ -146,6 +146,10 @@ class SlotTable:
                 keep = 0
             del slot.cached[keep:]
 
+    def drop_unconfirmed(self, slot: Slot) -> None:
+        """Removes the cells past what the slot holds for sure: draft tokens not kept."""
+        self.model.seq_remove(slot.seq_id, len(slot.cached), -1)
+
     def spill(self, slot: Slot, keep: int) -> None:
         """Saves a long prefix to host RAM before it is overwritten past `keep` tokens,
         unless another slot or the store still holds it."""

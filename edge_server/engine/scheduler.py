@@ -27,12 +27,13 @@ from .jobs import Choice, Job, JobStats
 from .kv_slots import Slot, SlotTable
 from .llama_model import LlamaModel
 from .logprobs import score_rows, token_logprob
+from .lookup_draft import DraftCounts
 from .projector import Projector
 from .prompt_store import PromptStore
 from .request import DONE_MARKER, ChoiceDelta, EngineError, GenerationRequest, RequestHandle
 from .sampling import GrammarError
 from .seating import add_choices, open_job, resolve_wait, seat_pending_choices
-from .step_batch import fill_step_batch
+from .step_batch import fill_step_batch, plan_drafts
 from .thread_tuner import ThreadTuner
 from .waiting import WaitingQueue
 
@@ -54,6 +55,8 @@ class SchedulerSettings:
     prefill_chunk_while_decoding: int = 128
     # Time decode steps on all cores and on one fewer, and use the faster (thread_tuner).
     adaptive_threads: bool = False
+    # Tokens a sequence may draft per step by lookup (lookup_draft.py); 0: never.
+    draft_max: int = 4
 
 
 class Scheduler:
@@ -69,6 +72,7 @@ class Scheduler:
         self.threads = ThreadTuner(model.n_threads, adaptive=False)
         self._waiting = WaitingQueue(settings.max_waiting, settings.max_wait_seconds)
         self._jobs: list[Job] = []
+        self.drafts = DraftCounts()
         self._thread: threading.Thread | None = None
         # Watchdog: when the current step began (None between steps).
         self.step_started: float | None = None
@@ -134,6 +138,8 @@ class Scheduler:
             "prompt_store_entries": len(self.kv.store),
             "prompt_store_bytes": self.kv.store.used_bytes,
             "decode_threads": self.threads.best(1),
+            "draft_tokens": self.drafts.drafted,
+            "draft_tokens_accepted": self.drafts.accepted,
         }
 
     # --- engine thread ----------------------------------------------------------------
@@ -164,6 +170,7 @@ class Scheduler:
         if not self._jobs:
             return
         batch = self._batch
+        plan_drafts(batch, self._jobs, self.settings.draft_max, self.model.n_ctx_seq)
         step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
@@ -189,8 +196,27 @@ class Scheduler:
             self._on_token(job, choice, choice.row)
         for job, choice in step.decoding:
             self._record_decoded(choice, choice.next_token)
-            self._on_token(job, choice, choice.row)
+            self._take_tokens(job, choice)
         self._finish_done_jobs()
+
+    def _take_tokens(self, job: Job, choice: Choice) -> None:
+        """Samples the rows of a decoded token and its drafts in order, keeping each draft
+        the row before it sampled (its KV is written already) and dropping the rest."""
+        drafts, sampled, kept = choice.drafts, [], 0
+        for i in range(len(drafts) + 1):
+            sampled.append(self._on_token(job, choice, choice.row + i))
+            if choice.finished or i == len(drafts) or sampled[-1] != drafts[i]:
+                break
+            self._record_decoded(choice, drafts[i])
+            kept += 1
+        if choice.lookup is not None:
+            choice.lookup.observe(sampled)
+        if drafts:
+            self.drafts.drafted += len(drafts)
+            self.drafts.accepted += kept
+            if kept < len(drafts):
+                assert choice.slot is not None
+                self.kv.drop_unconfirmed(choice.slot)
 
     def _decode_next_image(self) -> None:
         """Decodes the first image a prefilling job has reached: one per step, so other
@@ -248,8 +274,10 @@ class Scheduler:
                 )
             )
 
-    def _on_token(self, job: Job, choice: Choice, row: int) -> None:
+    def _on_token(self, job: Job, choice: Choice, row: int) -> int:
         token = choice.sampler.sample(self.model.ctx, row)
+        if choice.lookup is not None:
+            choice.lookup.push(token)
         if job.first_token_at is None:
             job.first_token_at = time.monotonic()
         request = job.request
@@ -264,7 +292,7 @@ class Scheduler:
             not request.sampling.ignore_eos or choice.sampler.has_grammar
         ):
             job.finish_choice(choice, "stop", [])
-            return
+            return token
         choice.generated += 1
         text = choice.text.push(self.vocab.pieces[token])
         if choice.text.stopped:
@@ -276,6 +304,7 @@ class Scheduler:
         else:
             choice.next_token = token
             job.outbox.append(ChoiceDelta(choice.index, text, [token], None, scored))
+        return token
 
     def _finish_done_jobs(self) -> None:
         done = [job for job in self._jobs if all(c.finished for c in job.choices)]

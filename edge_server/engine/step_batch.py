@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .batch import DecodeBatch
 from .image_prefill import text_end
 from .jobs import Choice, Job
+from .lookup_draft import LookupDraft, choose_depth
 
 
 @dataclass
@@ -43,6 +44,30 @@ def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
     return first_row
 
 
+def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int) -> None:
+    """Sets every generating choice's drafts for this step (lookup_draft.py): the same
+    number for each, short lookups padded, so the batch stays one graph run."""
+    generating = [c for job in jobs for c in job.choices
+                  if c.slot is not None and not c.finished and c.next_token >= 0]
+    for choice in generating:
+        choice.drafts = []
+    if most <= 0 or not generating or any(c.first_from >= 0 for job in jobs
+                                           for c in job.choices if c.slot is not None):
+        return
+    most = min(most, (batch.capacity // 2) // len(generating),
+               *(n_ctx_seq - c.position - 2 for c in generating))
+    proposals = []
+    for choice in generating:
+        if choice.lookup is None:
+            choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token])
+        proposals.append(choice.lookup.propose(max(most, 1)))
+    depth = choose_depth(proposals, [c.lookup.hit_rate for c in generating], most)
+    for choice, draft in zip(generating, proposals, strict=True):
+        # A row past a short lookup is a guess too: cheaper than a second graph run.
+        filler = draft[-1] if draft else choice.next_token
+        choice.drafts = (draft + [filler] * depth)[:depth]
+
+
 def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int
                     ) -> StepBatch:
     """Fills `batch` for one step. Prompt chunks share what the batch has left in job
@@ -55,7 +80,7 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
             if choice.slot is not None and not choice.finished and (
                     choice.first_from >= 0 or choice.next_token >= 0):
                 tokens.append((choice.seq_id, job, choice))
-    budget = batch.capacity - len(tokens)
+    budget = batch.capacity - len(tokens) - sum(len(c.drafts) for _, _, c in tokens)
     if tokens:
         budget = min(budget, prefill_while_decoding)
     chunks: list[tuple[int, Job, int]] = []
@@ -81,5 +106,7 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
             step.firsts.append((job, choice))
         else:
             choice.row = batch.add(choice.next_token, choice.position, seq, logits=True)
+            for i, token in enumerate(choice.drafts, start=1):
+                batch.add(token, choice.position + i, seq, logits=True)
             step.decoding.append((job, choice))
     return step

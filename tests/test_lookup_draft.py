@@ -1,0 +1,136 @@
+"""Lookup drafting (prompt lookup decoding): drafts are verified by sampling, so what a
+request gets does not change; forced loops show drafts kept, and every bound (max_tokens,
+stop, n, logprobs) holds in the middle of a drafted run. The session server drafts (the
+default); a second server with --draft-max 0 is the reference."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from conftest import (
+    DEFAULT_MODEL,
+    RunningServer,
+    agree_up_to_near_ties,
+    start_server,
+    stop_server,
+)
+
+FORCED = 28  # a token id; logit_bias +100 makes it the only choice at every step
+LISTS = [
+    "Count from one: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,",
+    "Write a long list of people, with their name, age and city, as JSON.",
+    "red blue red blue red blue red blue red blue red blue red",
+]
+
+
+@pytest.fixture(scope="module")
+def no_draft(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    server = start_server(tmp_path_factory.mktemp("nodraft"), "--parallel", "2",
+                          "--draft-max", "0", name="nodraft")
+    yield server
+    stop_server(server)
+
+
+def complete(base_url: str, prompt: str, **extra: object) -> dict:
+    r = httpx.post(f"{base_url}/v1/completions", timeout=120, json={
+        "model": DEFAULT_MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0,
+        **extra})
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def draft_counts(base_url: str) -> tuple[int, int]:
+    stats = httpx.get(f"{base_url}/health").json()["models"][DEFAULT_MODEL]
+    return stats["draft_tokens"], stats["draft_tokens_accepted"]
+
+
+def forced_text(base_url: str) -> str:
+    r = httpx.post(f"{base_url}/detokenize", json={"model": DEFAULT_MODEL, "tokens": [FORCED]})
+    return r.json()["content"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.8, "seed": 3}])
+def test_a_forced_loop_is_drafted_and_every_token_kept(server: RunningServer,
+                                                       sampling: dict) -> None:
+    piece = forced_text(server.base_url)
+    drafted, kept = draft_counts(server.base_url)
+    body = complete(server.base_url, "Say it again and again:", max_tokens=30,
+                    logit_bias={str(FORCED): 100}, logprobs=1, **sampling)
+    choice = body["choices"][0]
+    assert choice["text"] == piece * 30
+    assert choice["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 30
+    assert len(choice["logprobs"]["tokens"]) == 30
+    now_drafted, now_kept = draft_counts(server.base_url)
+    # The lookup proposes the forced token from the second step on, and it is kept.
+    assert now_kept - kept >= 10
+    assert now_kept - kept <= now_drafted - drafted
+
+
+def test_streamed_drafts_arrive_token_by_token(server: RunningServer) -> None:
+    piece = forced_text(server.base_url)
+    body = {"model": DEFAULT_MODEL, "prompt": "Again:", "max_tokens": 21, "stream": True,
+            "logit_bias": {str(FORCED): 100}}
+    texts = []
+    with httpx.stream("POST", f"{server.v1}/completions", json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                texts += [c["text"] for c in json.loads(line[6:])["choices"] if c["text"]]
+    assert texts == [piece] * 21
+
+
+def test_bounds_hold_inside_a_drafted_run(server: RunningServer) -> None:
+    piece = forced_text(server.base_url)
+    bias = {str(FORCED): 100}
+    for max_tokens in (1, 2, 7, 13):
+        body = complete(server.base_url, "Once more:", max_tokens=max_tokens, logit_bias=bias)
+        assert body["choices"][0]["text"] == piece * max_tokens
+        assert body["usage"]["completion_tokens"] == max_tokens
+    several = complete(server.base_url, "Once more:", max_tokens=11, n=3, logit_bias=bias,
+                       temperature=0.7)
+    assert [c["text"] for c in several["choices"]] == [piece * 11] * 3
+    assert several["usage"]["completion_tokens"] == 33
+    # A stop string met in the middle of a drafted run ends it there: the output is all
+    # pieces, so the stop string is its start and nothing before it is returned.
+    marked = complete(server.base_url, "Once more:", max_tokens=16, logit_bias=bias,
+                      stop=[piece * 6])
+    assert marked["choices"][0]["finish_reason"] == "stop"
+    assert marked["choices"][0]["text"] == ""
+    assert marked["usage"]["completion_tokens"] == 6
+
+
+@pytest.mark.parametrize("prompt", LISTS)
+def test_greedy_output_agrees_with_drafting_off(server: RunningServer,
+                                                no_draft: RunningServer, prompt: str) -> None:
+    reference = complete(no_draft.base_url, prompt, max_tokens=40, logprobs=2,
+                         ignore_eos=True)
+    drafted = complete(server.base_url, prompt, max_tokens=40, logprobs=2, ignore_eos=True)
+    agree_up_to_near_ties(reference, drafted)
+    assert drafted["usage"]["completion_tokens"] == 40
+
+
+def test_the_cache_holds_only_kept_tokens(server: RunningServer,
+                                          no_draft: RunningServer) -> None:
+    """Rejected drafts leave the sequence's KV: the next turn reuses the first one's
+    cache and still agrees with a server that never drafted."""
+    first = complete(server.base_url, LISTS[2], max_tokens=24, ignore_eos=True,
+                     temperature=0.9, seed=11)
+    follow = LISTS[2] + first["choices"][0]["text"] + " and then"
+    drafted = complete(server.base_url, follow, max_tokens=12, logprobs=2)
+    reference = complete(no_draft.base_url, follow, max_tokens=12, logprobs=2)
+    assert drafted["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    agree_up_to_near_ties(reference, drafted)
+
+
+def test_seeded_sampling_repeats_itself(server: RunningServer) -> None:
+    runs = [complete(server.base_url, LISTS[2], max_tokens=32, temperature=0.8, seed=5,
+                     ignore_eos=True)["choices"][0]["text"] for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_drafting_off_never_drafts(no_draft: RunningServer) -> None:
+    complete(no_draft.base_url, "Loop:", max_tokens=12, logit_bias={str(FORCED): 100})
+    assert draft_counts(no_draft.base_url) == (0, 0)
