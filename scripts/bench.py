@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -192,6 +193,10 @@ def main() -> None:
                         help="repeat: words of each prompt (~560 tokens)")
     parser.add_argument("--answer-tokens", type=int, default=16)
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER_DEFAULT)
+    parser.add_argument("--edge-args", default="",
+                        help='more edge_server options, e.g. "--draft-max 0"')
+    parser.add_argument("--peer-args", default="",
+                        help='more llama-server options, e.g. "--spec-type ngram-simple"')
     args = parser.parse_args()
     args.tokens = args.tokens or (128 if args.mode == "load" else 256)
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,7 +205,8 @@ def main() -> None:
             model = resolve_model(args.model or "smollm2", args.workdir)
             shared = ["--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size)]
             peer = ["-np", str(args.parallel), "-c", str(args.ctx_size), *repack_flag()]
-            compare(args, model, shared, peer)
+            compare(args, model, [*shared, *shlex.split(args.edge_args)],
+                    [*peer, *shlex.split(args.peer_args)])
         else:
             {"single": bench_single, "json": bench_json}[args.mode](args)
 

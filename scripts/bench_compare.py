@@ -125,10 +125,14 @@ def alternate(rounds: int, servers: list[ServerProcess],
 def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
     levels = [int(x) for x in args.clients.split(",")]
     speed, ttft = {n: Series() for n in levels}, {n: Series() for n in levels}
-    rng = random.Random(1)
+    rounds_done: dict[str, int] = {}
 
     def measure(server: ServerProcess) -> None:
+        # Round r gives both servers the same words (what a model writes after them, and
+        # so how often lookup drafts are kept, varies with them) behind distinct tags.
+        r = rounds_done[server.name] = rounds_done.get(server.name, -1) + 1
         for n in levels:
+            rng = random.Random(1000 * r + n)
             prompts = [f"[{fresh_tag()}] {text_of(40, rng)}" for _ in range(n)]
             wall, results = burst(server.url, prompts, args.tokens)
             speed[n].add(server.name, sum(r.tokens for r in results) / wall)
@@ -138,6 +142,9 @@ def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
     for n in levels:
         print(speed[n].line(f"{n} client(s), tokens/s", "tok/s"))
         print(ttft[n].line(f"{n} client(s), TTFT p50", "s", higher_is_better=False))
+    stats = httpx.get(f"{servers[0].url}/health").json()["models"]["bench"]
+    print(f"  edge_server lookup drafts: {stats['draft_tokens_accepted']} kept of "
+          f"{stats['draft_tokens']} drafted")
 
 
 def mode_shared_prefix(args: argparse.Namespace, servers: list[ServerProcess]) -> None:

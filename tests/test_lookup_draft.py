@@ -18,6 +18,9 @@ from conftest import (
     stop_server,
 )
 
+from edge_server.engine.decode_costs import PRIOR_OVERHEAD_IN_ROWS, DecodeCosts
+from edge_server.engine.lookup_draft import LookupDraft, choose_depth
+
 FORCED = 28  # a token id; logit_bias +100 makes it the only choice at every step
 LISTS = [
     "Count from one: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,",
@@ -134,3 +137,56 @@ def test_seeded_sampling_repeats_itself(server: RunningServer) -> None:
 def test_drafting_off_never_drafts(no_draft: RunningServer) -> None:
     complete(no_draft.base_url, "Loop:", max_tokens=12, logit_bias={str(FORCED): 100})
     assert draft_counts(no_draft.base_url) == (0, 0)
+
+
+# --- the pieces that decide, on their own ----------------------------------------------
+
+
+def test_lookup_continues_a_loop_into_its_own_draft() -> None:
+    lookup = LookupDraft([5, 6, 7, 5, 6, 7, 5])
+    assert lookup.lookup(5) == [6, 7, 5, 6, 7]
+    assert LookupDraft([1, 2, 3]).lookup(4) == []  # no earlier occurrence
+    assert LookupDraft([9, -4, -5, 9]).lookup(3) == []  # never an image placeholder
+
+
+def test_hit_rate_follows_what_was_sampled() -> None:
+    lookup = LookupDraft([1, 2, 1, 2, 1])
+    start = lookup.hit_rate
+    assert lookup.propose(3) == [2, 1, 2]
+    lookup.observe([2, 1, 2])
+    assert lookup.hit_rate > start
+    high = lookup.hit_rate
+    lookup.propose(3)
+    lookup.observe([7])
+    assert lookup.hit_rate < high
+
+
+def cpu_like(rows: int) -> float:
+    return 2.5 + rows  # a step costs 2.5 rows' worth beyond its rows
+
+
+def gpu_like(rows: int) -> float:
+    return 60 + rows  # a step's fixed cost dwarfs its rows
+
+
+def test_depth_weighs_kept_drafts_against_rows() -> None:
+    loop = [[1, 2, 3, 4]]
+    assert choose_depth(loop, [0.99], 4, cpu_like) == 4
+    assert choose_depth(loop, [0.1], 4, cpu_like) == 0
+    eight = loop * 8
+    # Eight sequences on a CPU: rows cost nearly what tokens are worth.
+    assert choose_depth(eight, [0.6] * 8, 4, cpu_like) == 0
+    assert choose_depth(eight, [0.6] * 8, 4, gpu_like) >= 2
+    assert choose_depth([[]] * 8, [0.99] * 8, 4, gpu_like) == 0
+
+
+def test_decode_costs_follow_the_measured_curve() -> None:
+    costs = DecodeCosts()
+    assert costs.cost(3) == PRIOR_OVERHEAD_IN_ROWS + 3  # nothing timed yet
+    for _ in range(4):
+        for rows in (1, 2, 4, 6, 8):
+            costs.record(rows, 0.007 + 0.004 * rows if rows < 4 else 0.002 + 0.005 * rows)
+    assert abs(costs.cost(2) - 0.015) < 1e-9  # measured
+    assert abs(costs.cost(3) - 0.0185) < 1e-9  # between two measured counts
+    # Beyond them, along the nearest three: the marginal cost of large steps.
+    assert abs(costs.cost(16) - (0.002 + 0.005 * 16)) < 1e-3

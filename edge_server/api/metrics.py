@@ -95,7 +95,7 @@ class _PoolCollector:
             for key, gauge in gauges.items():
                 gauge.add_metric([model_id], stats[key])
         yield from gauges.values()
-        yield from self._embedding_counters()
+        yield from self._engine_counters()
         loaded = GaugeMetricFamily("edge_server_model_loaded", "1 if the model is loaded",
                                    labels=["model"])
         load_time = GaugeMetricFamily("edge_server_model_load_seconds",
@@ -107,19 +107,22 @@ class _PoolCollector:
         yield loaded
         yield load_time
 
-    def _embedding_counters(self) -> Iterator[CounterMetricFamily]:
-        """Kept by each model's embedding worker: batches against requests shows how
-        often concurrent requests shared a llama_decode."""
+    def _engine_counters(self) -> Iterator[CounterMetricFamily]:
+        """Kept by each model's engine: embedding batches against requests shows how often
+        concurrent requests shared a llama_decode; drafts kept against drafted, how much
+        lookup drafting saves."""
         counters = {key: CounterMetricFamily(f"edge_server_{key}", text, labels=["model"])
-                    for key, text in _EMBEDDING_COUNTERS.items()}
+                    for key, text in _ENGINE_COUNTERS.items()}
         for model_id, stats in self.pool.stats().items():
             for key, counter in counters.items():
-                if key in stats:  # only once the model served embeddings
+                if key in stats:  # embeddings: only once the model served some
                     counter.add_metric([model_id], stats[key])
         yield from counters.values()
 
 
-_EMBEDDING_COUNTERS = {
+_ENGINE_COUNTERS = {
+    "draft_tokens": "tokens drafted by lookup and verified in a decode step",
+    "draft_tokens_accepted": "drafted tokens kept (each saved a decode step)",
     "embedding_requests": "embeddings requests queued",
     "embedding_inputs": "inputs embedded",
     "embedding_tokens": "tokens embedded",

@@ -17,26 +17,26 @@ picks the depth with the most tokens expected per unit of decode time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 NGRAM_SIZES = (3, 2, 1)  # longest match first
 _HIT_RATE_DECAY = 0.8  # weight of the past in a sequence's hit rate
-# A decode step's cost beyond its rows, in rows' worth. Measured on a 2-core x86 CPU
-# (SmolLM2-135M): one sequence 7.3 ms + 4.1 ms a row, eight sequences 12 ms + 3.8 ms a row.
-STEP_COST_IN_ROWS = 2.5
 
 
-def choose_depth(proposals: list[list[int]], hit_rates: list[float], most: int) -> int:
+def choose_depth(proposals: list[list[int]], hit_rates: list[float], most: int,
+                 step_cost: Callable[[int], float]) -> int:
     """Draft depth (0..most) for a step whose sequences proposed these lookups: the one
-    expecting the most tokens per unit of decode time. A sequence's i-th draft is kept
-    with probability hit_rate**i, if its lookup reached that far."""
+    expecting the most tokens per unit of decode time, `step_cost(rows)` being a step's
+    (decode_costs.py). A sequence's i-th draft is kept with probability hit_rate**i, if
+    its lookup reached that far."""
     n = len(proposals)
-    best_depth, best_rate = 0, n / (STEP_COST_IN_ROWS + n)
+    best_depth, best_rate = 0, n / step_cost(n)
     expected = float(n)
     for depth in range(1, most + 1):
         expected += sum(rate**depth for draft, rate in zip(proposals, hit_rates, strict=True)
                         if len(draft) >= depth)
-        rate = expected / (STEP_COST_IN_ROWS + n * (1 + depth))
+        rate = expected / step_cost(n * (1 + depth))
         if rate > best_rate:
             best_depth, best_rate = depth, rate
     return best_depth

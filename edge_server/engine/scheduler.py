@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .batch import DecodeBatch
+from .decode_costs import DecodeCosts
 from .image_prefill import decode_image, image_at
 from .jobs import Choice, Job, JobStats
 from .kv_slots import Slot, SlotTable
@@ -73,6 +74,7 @@ class Scheduler:
         self._waiting = WaitingQueue(settings.max_waiting, settings.max_wait_seconds)
         self._jobs: list[Job] = []
         self.drafts = DraftCounts()
+        self.costs = DecodeCosts()  # what drafting weighs rows against
         self._thread: threading.Thread | None = None
         # Watchdog: when the current step began (None between steps).
         self.step_started: float | None = None
@@ -170,12 +172,16 @@ class Scheduler:
         if not self._jobs:
             return
         batch = self._batch
-        plan_drafts(batch, self._jobs, self.settings.draft_max, self.model.n_ctx_seq)
+        plan_drafts(batch, self._jobs, self.settings.draft_max, self.model.n_ctx_seq,
+                    self.costs.cost)
         step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
 
+        started = time.perf_counter()
         status = self.threads.decode(self.model, batch)
+        if not step.prefill and not step.firsts:  # every row a next token or a draft
+            self.costs.record(batch.size, time.perf_counter() - started)
         self.kv.decoded()
         if status != 0:
             # Streams are sized so that checked requests fit: this is llama.cpp failing.
