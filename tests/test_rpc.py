@@ -150,6 +150,9 @@ def test_split_matches_local_output_and_every_server_holds_weights(
             assert _rss_mib(process.pid) - rss > 20, port
             assert f"[127.0.0.1:{port}] model buffer size" in split.log_text()
         together = [_complete(split.base_url, p) for p in PROMPTS]
+        # Lookup drafting is off by default where layers run elsewhere than this CPU.
+        stats = httpx.get(f"{split.base_url}/health").json()["models"][DEFAULT_MODEL]
+        assert stats["draft_tokens"] == 0
     finally:
         assert stop_server(split) == 0
     identical = 0

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import rpc_guard
 from .cpu_probe import extra_buffers_safe
-from .rpc_devices import DeviceList, Endpoint, RpcError
+from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,14 @@ def flash_attn_type(setting: str, head_dim: int) -> int:
         wide = head_dim >= _CPU_FLASH_ATTN_MIN_HEAD_DIM
         return int(lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if wide else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED)
     return int(lc.LLAMA_FLASH_ATTN_TYPE_AUTO)
+
+
+def _has_gpu() -> bool:
+    """A local GPU llama.cpp would offload to (unknown: assume one where it could)."""
+    try:
+        return bool(local_accelerators())
+    except (OSError, AttributeError):
+        return bool(lc.llama_supports_gpu_offload())
 
 
 def head_dim(model: lc.llama_model_p) -> int:
@@ -181,6 +189,8 @@ class LlamaModel:
         else:
             mparams.n_gpu_layers = 999
         self.rpc = settings.rpc
+        # Every layer on this machine's CPU: what lookup drafting's default depends on.
+        self.cpu_only = not settings.rpc and (settings.n_gpu_layers == 0 or not _has_gpu())
         self._devices = self._rpc_devices(settings.rpc)
         if self._devices is not None:
             mparams.devices = self._devices.address
@@ -308,6 +318,10 @@ class LlamaModel:
             return False
         lc.llama_memory_seq_rm(self.memory, seq_id, length, -1)
         return True
+
+    def synchronize(self) -> None:
+        """Waits for the last decode's work to finish (asynchronous backends)."""
+        lc.llama_synchronize(self.ctx)
 
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output row of the last decode, as a numpy view (no copy)."""
