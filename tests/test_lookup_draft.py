@@ -18,8 +18,7 @@ from conftest import (
     stop_server,
 )
 
-from edge_server.engine.decode_costs import PRIOR_OVERHEAD_IN_ROWS, DecodeCosts
-from edge_server.engine.lookup_draft import LookupDraft, choose_depth
+from edge_server.engine.lookup_draft import LookupDraft, choose_depth, step_cost
 
 FORCED = 28  # a token id; logit_bias +100 makes it the only choice at every step
 LISTS = [
@@ -161,32 +160,16 @@ def test_hit_rate_follows_what_was_sampled() -> None:
     assert lookup.hit_rate < high
 
 
-def cpu_like(rows: int) -> float:
-    return 2.5 + rows  # a step costs 2.5 rows' worth beyond its rows
-
-
 def gpu_like(rows: int) -> float:
     return 60 + rows  # a step's fixed cost dwarfs its rows
 
 
 def test_depth_weighs_kept_drafts_against_rows() -> None:
     loop = [[1, 2, 3, 4]]
-    assert choose_depth(loop, [0.99], 4, cpu_like) == 4
-    assert choose_depth(loop, [0.1], 4, cpu_like) == 0
+    assert choose_depth(loop, [0.99], 4, step_cost) == 4
+    assert choose_depth(loop, [0.1], 4, step_cost) == 0
     eight = loop * 8
     # Eight sequences on a CPU: rows cost nearly what tokens are worth.
-    assert choose_depth(eight, [0.6] * 8, 4, cpu_like) == 0
+    assert choose_depth(eight, [0.6] * 8, 4, step_cost) == 0
     assert choose_depth(eight, [0.6] * 8, 4, gpu_like) >= 2
     assert choose_depth([[]] * 8, [0.99] * 8, 4, gpu_like) == 0
-
-
-def test_decode_costs_follow_the_measured_curve() -> None:
-    costs = DecodeCosts()
-    assert costs.cost(3) == PRIOR_OVERHEAD_IN_ROWS + 3  # nothing timed yet
-    for _ in range(4):
-        for rows in (1, 2, 4, 6, 8):
-            costs.record(rows, 0.007 + 0.004 * rows if rows < 4 else 0.002 + 0.005 * rows)
-    assert abs(costs.cost(2) - 0.015) < 1e-9  # measured
-    assert abs(costs.cost(3) - 0.0185) < 1e-9  # between two measured counts
-    # Beyond them, along the nearest three: the marginal cost of large steps.
-    assert abs(costs.cost(16) - (0.002 + 0.005 * 16)) < 1e-3

@@ -319,10 +319,6 @@ class LlamaModel:
         lc.llama_memory_seq_rm(self.memory, seq_id, length, -1)
         return True
 
-    def synchronize(self) -> None:
-        """Waits for the last decode's work to finish (asynchronous backends)."""
-        lc.llama_synchronize(self.ctx)
-
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output row of the last decode, as a numpy view (no copy)."""
         ptr = lc.llama_get_logits_ith(self.ctx, batch_index)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .batch import DecodeBatch
-from .decode_costs import DecodeCosts
 from .image_prefill import decode_image, image_at
 from .jobs import Choice, Job, JobStats
 from .kv_slots import Slot, SlotTable
@@ -79,7 +78,6 @@ class Scheduler:
         self.drafts = DraftCounts()
         self.draft_max = settings.draft_max if settings.draft_max >= 0 else (
             DEFAULT_DRAFT_MAX if model.cpu_only else 0)
-        self.costs = DecodeCosts()  # what drafting weighs rows against
         self._thread: threading.Thread | None = None
         # Watchdog: when the current step began (None between steps).
         self.step_started: float | None = None
@@ -177,17 +175,12 @@ class Scheduler:
         if not self._jobs:
             return
         batch = self._batch
-        plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq,
-                    self.costs.cost)
+        plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq)
         step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
 
-        started = time.perf_counter()
         status = self.threads.decode(self.model, batch)
-        if not step.prefill and not step.firsts:  # every row a next token or a draft
-            self.model.synchronize()  # a GPU backend computes after llama_decode returns
-            self.costs.record(batch.size, time.perf_counter() - started)
         self.kv.decoded()
         if status != 0:
             # Streams are sized so that checked requests fit: this is llama.cpp failing.

@@ -10,7 +10,6 @@ steps: 3.74 s against 3.25 s).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .batch import DecodeBatch
@@ -45,8 +44,7 @@ def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
     return first_row
 
 
-def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
-                step_cost: Callable[[int], float]) -> None:
+def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int) -> None:
     """Sets every generating choice's drafts for this step (lookup_draft.py): the same
     number for each, short lookups padded, so the batch stays one graph run."""
     generating = [c for job in jobs for c in job.choices
@@ -63,8 +61,7 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         if choice.lookup is None:
             choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token])
         proposals.append(choice.lookup.propose(max(most, 1)))
-    depth = choose_depth(proposals, [c.lookup.hit_rate for c in generating], most,
-                         step_cost)
+    depth = choose_depth(proposals, [c.lookup.hit_rate for c in generating], most)
     for choice, draft in zip(generating, proposals, strict=True):
         # A row past a short lookup is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token
