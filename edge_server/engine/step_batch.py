@@ -47,22 +47,24 @@ def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
 def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int) -> None:
     """Sets every generating choice's drafts for this step (lookup_draft.py): the same
     number for each, short lookups padded, so the batch stays one graph run."""
-    generating = [c for job in jobs for c in job.choices
+    generating = [(job, c) for job in jobs for c in job.choices
                   if c.slot is not None and not c.finished and c.next_token >= 0]
-    for choice in generating:
+    for _, choice in generating:
         choice.drafts = []
     if most <= 0 or not generating or any(c.first_from >= 0 for job in jobs
                                            for c in job.choices if c.slot is not None):
         return
     most = min(most, (batch.capacity // 2) // len(generating),
-               *(n_ctx_seq - c.position - 2 for c in generating))
+               *(n_ctx_seq - c.position - 2 for _, c in generating))
     proposals = []
-    for choice in generating:
+    for job, choice in generating:
         if choice.lookup is None:
             choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token])
-        proposals.append(choice.lookup.propose(max(most, 1)))
-    depth = choose_depth(proposals, [c.lookup.hit_rate for c in generating], most)
-    for choice, draft in zip(generating, proposals, strict=True):
+        proposal = choice.lookup.propose(max(most, 1))
+        # Drafts past the choice's last token could only be thrown away.
+        proposals.append(proposal[: max(job.request.max_tokens - choice.generated - 1, 0)])
+    depth = choose_depth(proposals, [c.lookup.hit_rate for _, c in generating], most)
+    for (_, choice), draft in zip(generating, proposals, strict=True):
         # A row past a short lookup is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token
         choice.drafts = (draft + [filler] * depth)[:depth]
