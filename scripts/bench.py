@@ -197,6 +197,9 @@ def main() -> None:
                         help='more edge_server options, e.g. "--draft-max 0"')
     parser.add_argument("--peer-args", default="",
                         help='more llama-server options, e.g. "--spec-type ngram-simple"')
+    parser.add_argument("--peer-edge", default=None, metavar="ARGS",
+                        help='compare against a second edge_server with these options, e.g. '
+                             '"--draft-max 0", instead of llama-server')
     args = parser.parse_args()
     args.tokens = args.tokens or (128 if args.mode == "load" else 256)
     with tempfile.TemporaryDirectory() as tmp:
@@ -206,7 +209,8 @@ def main() -> None:
             shared = ["--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size)]
             peer = ["-np", str(args.parallel), "-c", str(args.ctx_size), *repack_flag()]
             compare(args, model, [*shared, *shlex.split(args.edge_args)],
-                    [*peer, *shlex.split(args.peer_args)])
+                    [*peer, *shlex.split(args.peer_args)],
+                    None if args.peer_edge is None else shlex.split(args.peer_edge))
         else:
             {"single": bench_single, "json": bench_json}[args.mode](args)
 

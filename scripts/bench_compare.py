@@ -102,11 +102,12 @@ class Series:
         return statistics.median(self.rounds[name])
 
     def line(self, label: str, unit: str, ours: str = "edge_server",
-             theirs: str = "llama-server", higher_is_better: bool = True) -> str:
+             theirs: str | None = None, higher_is_better: bool = True) -> str:
+        theirs = theirs or next(name for name in self.rounds if name != ours)
         out = [f"{label}:"]
         for name in (ours, theirs):
             figures = ", ".join(f"{x:.2f}" for x in self.rounds[name])
-            out.append(f"  {name:13} {self.median(name):8.2f} {unit}  (rounds: {figures})")
+            out.append(f"  {name:26} {self.median(name):8.2f} {unit}  (rounds: {figures})")
         ratio = self.median(ours) / self.median(theirs)
         if not higher_is_better:
             ratio = 1 / ratio if ratio else float("inf")
@@ -215,11 +216,19 @@ MODES = {"load": mode_load, "shared-prefix": mode_shared_prefix, "repeat": mode_
 
 
 def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
-            peer_extra: list[str]) -> None:
+            peer_extra: list[str], peer_edge: list[str] | None = None) -> None:
+    """`peer_edge`: the peer is a second edge_server with these options on top of
+    `edge_extra` (edge_server against itself, e.g. with drafting off), not llama-server."""
     ours = EdgeServer(model_path, args.threads, edge_extra,
                       env={"XDG_DATA_HOME": str(args.workdir / "edge-data")})
     try:
-        theirs = LlamaServer(args.llama_server, model_path, args.threads, peer_extra)
+        if peer_edge is None:
+            theirs: ServerProcess = LlamaServer(args.llama_server, model_path, args.threads,
+                                                peer_extra)
+        else:
+            theirs = EdgeServer(model_path, args.threads, [*edge_extra, *peer_edge],
+                                env={"XDG_DATA_HOME": str(args.workdir / "peer-data")})
+            theirs.name = f"edge_server {' '.join(peer_edge)}"
     except BaseException:
         ours.close()
         raise

@@ -58,7 +58,7 @@ class SchedulerSettings:
     adaptive_threads: bool = False
     # Tokens a sequence may draft per step by lookup (lookup_draft.py); 0: never;
     # -1: DEFAULT_DRAFT_MAX where every layer runs on the CPU, else 0 (on an H100,
-    # drafting made steps slower: 0.62-0.76x the tokens/s at 1-8 clients).
+    # drafting at full depth made steps slower: 0.62-0.76x the tokens/s, 1-8 clients).
     draft_max: int = -1
 
 
