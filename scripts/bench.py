@@ -200,7 +200,13 @@ def main() -> None:
     parser.add_argument("--peer-edge", default=None, metavar="ARGS",
                         help='compare against a second edge_server with these options, e.g. '
                              '"--draft-max 0", instead of llama-server')
+    parser.add_argument("--peer-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="with --peer-edge: an environment variable of the second "
+                             "edge_server (repeatable)")
     args = parser.parse_args()
+    if args.peer_env and args.peer_edge is None:
+        args.peer_edge = ""
+    peer_env = dict(item.split("=", 1) for item in args.peer_env)
     args.tokens = args.tokens or (128 if args.mode == "load" else 256)
     with tempfile.TemporaryDirectory() as tmp:
         args.workdir = Path(tmp)
@@ -210,7 +216,7 @@ def main() -> None:
             peer = ["-np", str(args.parallel), "-c", str(args.ctx_size), *repack_flag()]
             compare(args, model, [*shared, *shlex.split(args.edge_args)],
                     [*peer, *shlex.split(args.peer_args)],
-                    None if args.peer_edge is None else shlex.split(args.peer_edge))
+                    None if args.peer_edge is None else shlex.split(args.peer_edge), peer_env)
         else:
             {"single": bench_single, "json": bench_json}[args.mode](args)
 

@@ -216,9 +216,11 @@ MODES = {"load": mode_load, "shared-prefix": mode_shared_prefix, "repeat": mode_
 
 
 def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
-            peer_extra: list[str], peer_edge: list[str] | None = None) -> None:
+            peer_extra: list[str], peer_edge: list[str] | None = None,
+            peer_env: dict[str, str] | None = None) -> None:
     """`peer_edge`: the peer is a second edge_server with these options on top of
-    `edge_extra` (edge_server against itself, e.g. with drafting off), not llama-server."""
+    `edge_extra` (edge_server against itself, e.g. with drafting off), not llama-server;
+    `peer_env` adds environment variables to that second edge_server."""
     ours = EdgeServer(model_path, args.threads, edge_extra,
                       env={"XDG_DATA_HOME": str(args.workdir / "edge-data")})
     try:
@@ -227,8 +229,10 @@ def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
                                                 peer_extra)
         else:
             theirs = EdgeServer(model_path, args.threads, [*edge_extra, *peer_edge],
-                                env={"XDG_DATA_HOME": str(args.workdir / "peer-data")})
-            theirs.name = f"edge_server {' '.join(peer_edge)}"
+                                env={"XDG_DATA_HOME": str(args.workdir / "peer-data"),
+                                     **(peer_env or {})})
+            changed = [*peer_edge, *(f"{k}={v}" for k, v in (peer_env or {}).items())]
+            theirs.name = f"edge_server {' '.join(changed)}"
     except BaseException:
         ours.close()
         raise
