@@ -201,11 +201,13 @@ def main() -> None:
                         help='compare against a second edge_server with these options, e.g. '
                              '"--draft-max 0", instead of llama-server')
     parser.add_argument("--peer-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="with --peer-edge: an environment variable of the second "
-                             "edge_server (repeatable)")
+                        help="an environment variable of the second edge_server (repeatable; "
+                             "without --peer-edge, that server has the same options)")
     args = parser.parse_args()
     if args.peer_env and args.peer_edge is None:
         args.peer_edge = ""
+    if any("=" not in item for item in args.peer_env):
+        parser.error("--peer-env takes NAME=VALUE")
     peer_env = dict(item.split("=", 1) for item in args.peer_env)
     args.tokens = args.tokens or (128 if args.mode == "load" else 256)
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,6 +18,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# A chat that asks for JSON: the structured-output and tool-call tests send it.
+JSON_MESSAGES = [
+    {"role": "system", "content": "Answer with compact JSON only."},
+    {"role": "user", "content": "Give an example record."},
+]
 # The suite must hold for any thread count (llama.cpp's numerics depend on it): set
 # EDGE_TEST_THREADS=1 to run every test server single-threaded.
 THREADS_ENV = "EDGE_TEST_THREADS"

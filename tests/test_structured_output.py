@@ -8,7 +8,7 @@ import json
 import httpx
 import jsonschema
 import pytest
-from conftest import DEFAULT_MODEL
+from conftest import DEFAULT_MODEL, JSON_MESSAGES
 from pydantic import BaseModel, Field
 
 ADDRESS = {
@@ -205,11 +205,6 @@ SCHEMAS: dict[str, dict] = {
     },
 }
 
-MESSAGES = [
-    {"role": "system", "content": "Answer with compact JSON only."},
-    {"role": "user", "content": "Give an example record."},
-]
-
 
 def check(text: str, schema: dict) -> None:
     data = json.loads(text)
@@ -228,7 +223,7 @@ def test_schema_output_validates(http, name: str, mode: str) -> None:
         "/v1/chat/completions",
         json={
             "model": DEFAULT_MODEL,
-            "messages": MESSAGES,
+            "messages": JSON_MESSAGES,
             "response_format": fmt,
             "max_tokens": 400,
             "temperature": 0.7,
@@ -263,7 +258,7 @@ def test_json_object_without_schema_is_an_object(http) -> None:
 def ask_with_schema(http, schema: dict, **extra) -> httpx.Response:
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, **extra}}
     return http.post("/v1/chat/completions", json={
-        "model": DEFAULT_MODEL, "messages": MESSAGES, "max_tokens": 60,
+        "model": DEFAULT_MODEL, "messages": JSON_MESSAGES, "max_tokens": 60,
         "response_format": fmt})
 
 
@@ -299,7 +294,7 @@ def test_streamed_json_schema_output_validates(http) -> None:
         "/v1/chat/completions",
         json={
             "model": DEFAULT_MODEL,
-            "messages": MESSAGES,
+            "messages": JSON_MESSAGES,
             "stream": True,
             "max_tokens": 300,
             "response_format": {

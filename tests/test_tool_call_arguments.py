@@ -7,12 +7,7 @@ import json
 
 import jsonschema
 import pytest
-from conftest import DEFAULT_MODEL
-
-MESSAGES = [
-    {"role": "system", "content": "Answer with compact JSON only."},
-    {"role": "user", "content": "Give an example record."},
-]
+from conftest import DEFAULT_MODEL, JSON_MESSAGES
 
 FUNCTIONS = [
     {
@@ -205,7 +200,7 @@ def test_tool_choice_names_unknown_function(http) -> None:
         "/v1/chat/completions",
         json={
             "model": DEFAULT_MODEL,
-            "messages": MESSAGES,
+            "messages": JSON_MESSAGES,
             "tools": [{"type": "function", "function": FUNCTIONS[0]}],
             "tool_choice": {"type": "function", "function": {"name": "nope"}},
         },
