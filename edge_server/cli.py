@@ -37,8 +37,8 @@ def _store(opts: ServeOptions) -> ModelStore:
 def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-def]
     """Model specs for the pool, and the id of the model to load at start."""
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
-    from .engine.projector import ImageLimits
-    from .engine.rpc_devices import parse_endpoints
+    from .engine.backend.rpc_devices import parse_endpoints
+    from .engine.multimodal.projector import ImageLimits
     from .model_pool import ModelSpec
 
     rpc = parse_endpoints(opts.rpc)
@@ -114,10 +114,10 @@ def serve(opts: ServeOptions) -> int:
     import uvicorn
 
     from .api.app import create_app
-    from .api.metrics import Metrics
-    from .api.replica import check_replica_name
-    from .engine import rpc_guard
-    from .engine.rpc_devices import RpcError, check_servers, parse_endpoints
+    from .api.http.metrics import Metrics
+    from .api.http.replica import check_replica_name
+    from .engine.backend import rpc_guard
+    from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
     from .model_pool import ModelPool
     from .shutdown import DrainingServer, exit_when_drained
     from .systemd_notify import notify, watchdog_interval
@@ -212,7 +212,7 @@ def _describe(path: Path) -> str:
 
     import llama_cpp as lc
 
-    from .engine.llama_model import init_backend
+    from .engine.backend.runtime import init_backend
 
     init_backend()
     params = lc.llama_model_default_params()
@@ -232,7 +232,7 @@ def _reads(mmproj: Path | None) -> str:
     """What a model reads besides text, from its projector's metadata."""
     if mmproj is None:
         return ""
-    from .engine.projector_check import projector_modalities
+    from .engine.multimodal.projector_check import projector_modalities
 
     kinds = projector_modalities(mmproj) if mmproj.is_file() else ()
     if not kinds:
@@ -267,7 +267,8 @@ def info(opts: ServeOptions) -> int:
 
     import llama_cpp as lc
 
-    from .engine.llama_model import default_threads, init_backend
+    from .engine.backend.llama_model import default_threads
+    from .engine.backend.runtime import init_backend
 
     init_backend()
     features = lc.llama_print_system_info().decode().strip()
@@ -281,7 +282,7 @@ def info(opts: ServeOptions) -> int:
     print(f"threads: {opts.threads or default_threads()} of {os.cpu_count()} cores")
     print(f"RPC: {'yes' if lc.llama_supports_rpc() else 'no (see the README)'}")
     if opts.rpc:
-        from .engine.rpc_devices import RpcError, describe_servers, parse_endpoints
+        from .engine.backend.rpc_devices import RpcError, describe_servers, parse_endpoints
 
         try:
             for line in describe_servers(parse_endpoints(opts.rpc)):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .default_model import DEFAULT_ALIAS
 from .engine import Engine, EngineSettings
-from .engine.projector_check import projector_modalities
+from .engine.multimodal.projector_check import projector_modalities
 from .engine.scheduler import JobStats
 
 log = logging.getLogger(__name__)

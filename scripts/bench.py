@@ -59,8 +59,8 @@ def raw_decode_rate(model_path: Path, threads: int, n_tokens: int) -> float:
     """llama.cpp's own decode speed: one sequence, greedy, sampling in C, no server."""
     import llama_cpp as lc
 
-    from edge_server.engine.batch import DecodeBatch
-    from edge_server.engine.llama_model import ContextSettings, LlamaModel
+    from edge_server.engine.backend.batch import DecodeBatch
+    from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
 
     model = LlamaModel(model_path, ContextSettings(n_ctx=2048, n_threads=threads, n_seq_max=1))
     try:

@@ -43,8 +43,8 @@ def declared_pooling(model: Path) -> str | None:
     sys.path.insert(0, str(ROOT))
     import llama_cpp as lc
 
-    from edge_server.engine.embedder import POOLING_NAMES
-    from edge_server.engine.llama_model import init_backend
+    from edge_server.engine.backend.runtime import init_backend
+    from edge_server.engine.embeddings.embedder import POOLING_NAMES
 
     init_backend()  # llama.cpp's load narration goes to our log (warnings only)
     params = lc.llama_model_default_params()

@@ -172,7 +172,7 @@ def test_agrees_with_llama_cpp_python(client: openai.OpenAI,
     import llama_cpp.llama_cpp as low_level
 
     from edge_server.default_model import default_model_path
-    from edge_server.engine.cpu_probe import extra_buffers_safe
+    from edge_server.engine.backend.cpu_probe import extra_buffers_safe
 
     path = default_model_path()
     # Where llama.cpp's AMX kernels crash (the server probes this), the reference must

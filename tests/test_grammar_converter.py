@@ -16,9 +16,9 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edge_server.engine import grammar_limits as limits
-from edge_server.engine.grammar_limits import SchemaError, check_grammar
-from edge_server.engine.json_grammar import compile_schema, grammar_for_schema
+from edge_server.engine.grammar import limits as limits
+from edge_server.engine.grammar.json_grammar import compile_schema, grammar_for_schema
+from edge_server.engine.grammar.limits import SchemaError, check_grammar
 
 STRING, INTEGERS = {"type": "string"}, {"type": "array", "items": {"type": "integer"}}
 

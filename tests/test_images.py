@@ -250,7 +250,7 @@ BROKEN_PROJECTORS = {
 
 @pytest.mark.parametrize("name", sorted(BROKEN_PROJECTORS))
 def test_broken_projectors_are_refused_before_llama_cpp(tmp_path: Path, name: str) -> None:
-    from edge_server.engine.projector_check import ProjectorError, check_projector
+    from edge_server.engine.multimodal.projector_check import ProjectorError, check_projector
 
     kwargs, message = BROKEN_PROJECTORS[name]
     path = write_test_projector(tmp_path / "broken.gguf", **kwargs)
@@ -259,7 +259,7 @@ def test_broken_projectors_are_refused_before_llama_cpp(tmp_path: Path, name: st
 
 
 def test_truncated_projector_is_refused(tmp_path: Path) -> None:
-    from edge_server.engine.projector_check import ProjectorError, check_projector
+    from edge_server.engine.multimodal.projector_check import ProjectorError, check_projector
 
     data = write_test_projector(tmp_path / "whole.gguf").read_bytes()
     cut = tmp_path / "cut.gguf"

@@ -304,8 +304,8 @@ def test_template_with_loop_controls(small_server: RunningServer) -> None:
 def test_engine_frees_the_model_when_the_template_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     from edge_server.default_model import default_model_path
     from edge_server.engine import ContextSettings, Engine, EngineSettings
+    from edge_server.engine.backend.llama_model import LlamaModel
     from edge_server.engine.chat_template import TemplateError
-    from edge_server.engine.llama_model import LlamaModel
 
     closed: list[LlamaModel] = []
     close = LlamaModel.close
@@ -330,7 +330,7 @@ def test_unexpected_error_is_500_and_keeps_the_connection() -> None:
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from edge_server.api.errors import EXCEPTION_HANDLERS, ErrorBoundary
+    from edge_server.api.http.errors import EXCEPTION_HANDLERS, ErrorBoundary
 
     async def boom(_: Request) -> JSONResponse:
         raise RuntimeError("a bug")

@@ -18,7 +18,7 @@ from conftest import (
     stop_server,
 )
 
-from edge_server.engine.lookup_draft import LookupDraft, choose_depth, step_cost
+from edge_server.engine.sampling.lookup_draft import LookupDraft, choose_depth, step_cost
 
 FORCED = 28  # a token id; logit_bias +100 makes it the only choice at every step
 LISTS = [

@@ -12,9 +12,9 @@ from openapi_spec_validator import validate
 from starlette.routing import Route
 
 from edge_server.api.app import create_app
-from edge_server.api.errors import ErrorResponse
-from edge_server.api.metrics import Metrics
-from edge_server.api.openapi import OPERATIONS, build_openapi
+from edge_server.api.http.errors import ErrorResponse
+from edge_server.api.http.metrics import Metrics
+from edge_server.api.routers.openapi import OPERATIONS, build_openapi
 from edge_server.model_pool import ModelPool, ModelSpec
 
 

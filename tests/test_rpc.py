@@ -30,7 +30,12 @@ from conftest import (
     verify_unit,
 )
 
-from edge_server.engine.rpc_devices import MAX_SERVERS, RpcError, parse_endpoints, rpc_build_dir
+from edge_server.engine.backend.rpc_devices import (
+    MAX_SERVERS,
+    RpcError,
+    parse_endpoints,
+    rpc_build_dir,
+)
 
 BUILD = rpc_build_dir()
 BUILT = (BUILD / ".complete").is_file()

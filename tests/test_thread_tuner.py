@@ -12,9 +12,9 @@ import numpy as np
 from conftest import DEFAULT_MODEL, start_server, stop_server
 
 from edge_server.default_model import default_model_path
-from edge_server.engine.batch import DecodeBatch
-from edge_server.engine.llama_model import ContextSettings, LlamaModel
-from edge_server.engine.thread_tuner import (
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
+from edge_server.engine.backend.thread_tuner import (
     EXPLORE_EVERY,
     ThreadTuner,
     candidate_counts,

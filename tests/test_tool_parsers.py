@@ -32,7 +32,7 @@ from edge_server.api.chat.tool_parsers import (
     format_for_template,
 )
 from edge_server.api.chat.tool_schema import call_grammar, call_schema
-from edge_server.api.errors import APIError
+from edge_server.api.http.errors import APIError
 
 NAMES = ("add", "get_weather")
 ADD = {"name": "add", "arguments": {"a": 1, "b": "x}\"{"}}

@@ -1,0 +1,17 @@
+"""The HTTP layer: Starlette routes over the model pool and the engine.
+
+Endpoints first, one package each, as vLLM's entrypoints (api_router / protocol / serving):
+    chat/         POST /v1/chat/completions
+    completions/  POST /v1/completions
+    embeddings/   POST /v1/embeddings
+    messages/     POST /v1/messages (Anthropic), over chat
+    responses/    POST /v1/responses (OpenAI Responses), over chat
+Then what they share:
+    routers/      the small routes: models, health, tokenize, OpenAPI
+    common/       serving code and request fields shared by the endpoints
+    http/         plumbing: bodies, limits, errors, auth, draining, metrics
+    app.py        assembles the Starlette app
+
+May import: edge_server.model_pool and edge_server.engine (never the CLI).
+Imported by: edge_server.cli and edge_server.shutdown.
+"""

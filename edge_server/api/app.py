@@ -11,21 +11,21 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from ..model_pool import ModelPool
-from .auth import APIKeyAuth
-from .body import BodyLimit
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
-from .draining import Drain, DrainGate
 from .embeddings.api_router import routes as embedding_routes
-from .errors import EXCEPTION_HANDLERS, ErrorBoundary
+from .http.auth import APIKeyAuth
+from .http.body import BodyLimit
+from .http.draining import Drain, DrainGate
+from .http.errors import EXCEPTION_HANDLERS, ErrorBoundary
+from .http.metrics import Metrics, RequestCounter, metrics_route
+from .http.replica import ReplicaHeader
 from .messages.api_router import routes as messages_routes
 from .messages.error_shape import AnthropicErrors
-from .metrics import Metrics, RequestCounter, metrics_route
-from .models_router import routes as model_routes
-from .openapi import openapi_route
-from .replica import ReplicaHeader
 from .responses.api_router import routes as response_routes
-from .tokenize_router import routes as tokenize_routes
+from .routers.models import routes as model_routes
+from .routers.openapi import openapi_route
+from .routers.tokenize import routes as tokenize_routes
 
 log = logging.getLogger(__name__)
 

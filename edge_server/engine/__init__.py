@@ -1,9 +1,24 @@
-"""The inference engine: llama.cpp context, scheduling and sampling. It knows no HTTP."""
+"""The inference engine: continuous batching over one llama.cpp context. It knows no HTTP.
 
+The scheduler core sits at this level: `engine` (one served model behind one object),
+`scheduler` (the step loop), `seating` (where a request's sequences start), `step_batch`
+(one step's rows), `image_prefill`, `jobs`, `waiting` (the queue), `request` (the whole
+interface to callers: requests, handles, deltas), `text_stream` (stop strings, UTF-8),
+`chat_template` and `errors`.
+
+Each sub-package owns one concern, layered (import-linter contracts in pyproject.toml):
+    scheduler core (this level)
+    embeddings | multimodal | kv | sampling
+    grammar | backend | errors
+A lower layer never imports a higher one; siblings never import each other.
+Imported by: the model pool (edge_server.model_pool) and the HTTP layer (edge_server.api).
+"""
+
+from .backend.llama_model import ContextSettings, ModelLoadError
 from .engine import Engine, EngineSettings
-from .llama_model import ContextSettings, ModelLoadError
-from .request import ChoiceDelta, EngineError, EngineOverloaded, GenerationRequest, Usage
-from .sampling import SamplingParams
+from .errors import EngineError, EngineOverloaded
+from .request import ChoiceDelta, GenerationRequest, Usage
+from .sampling.chain import SamplingParams
 from .scheduler import SchedulerSettings
 
 __all__ = [

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from . import rpc_guard
+from .backend import rpc_guard
+from .backend.llama_model import ContextSettings, LlamaModel, ModelLoadError, Vocab
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
-from .embedder import Embedder, EmbeddingPlan, EmbeddingSettings, plan_embeddings
-from .llama_model import ContextSettings, LlamaModel, ModelLoadError, Vocab
-from .projector import ImageChunk, ImageLimits, Projector, RgbImage
-from .projector_check import ProjectorError
-from .prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
-from .request import EngineError, GenerationRequest, ImageSpan, RequestHandle
+from .embeddings.embedder import Embedder, EmbeddingPlan, EmbeddingSettings, plan_embeddings
+from .errors import EngineError
+from .kv.prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
+from .multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
+from .multimodal.projector_check import ProjectorError
+from .request import GenerationRequest, ImageSpan, RequestHandle
 from .scheduler import Scheduler, SchedulerSettings
 
 log = logging.getLogger(__name__)

@@ -8,10 +8,11 @@ so that the other sequences get their next token between images.
 
 from __future__ import annotations
 
-from .batch import decode_embeddings
-from .llama_model import LlamaModel
-from .projector import Projector
-from .request import EngineError, GenerationRequest, ImageSpan
+from .backend.batch import decode_embeddings
+from .backend.llama_model import LlamaModel
+from .errors import EngineError
+from .multimodal.projector import Projector
+from .request import GenerationRequest, ImageSpan
 
 
 def image_at(request: GenerationRequest, position: int) -> ImageSpan | None:

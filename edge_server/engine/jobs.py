@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .kv_slots import Slot
-from .logprobs import TokenLogprob
-from .lookup_draft import LookupDraft
+from .kv.slots import Slot
 from .request import ChoiceDelta, GenerationRequest, RequestHandle
-from .sampling import SamplerChain
+from .sampling.chain import SamplerChain
+from .sampling.logprobs import TokenLogprob
+from .sampling.lookup_draft import LookupDraft
 from .text_stream import TextStream
 
 # Choice i of a request samples with its own seed: the request's seed for choice 0 (so

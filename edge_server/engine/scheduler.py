@@ -21,20 +21,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .batch import DecodeBatch
+from .backend.batch import DecodeBatch
+from .backend.llama_model import LlamaModel
+from .backend.thread_tuner import ThreadTuner
+from .errors import EngineError
 from .image_prefill import decode_image, image_at
 from .jobs import Choice, Job, JobStats
-from .kv_slots import Slot, SlotTable
-from .llama_model import LlamaModel
-from .logprobs import score_rows, token_logprob
-from .lookup_draft import DraftCounts
-from .projector import Projector
-from .prompt_store import PromptStore
-from .request import DONE_MARKER, ChoiceDelta, EngineError, GenerationRequest, RequestHandle
-from .sampling import GrammarError
+from .kv.prompt_store import PromptStore
+from .kv.slots import Slot, SlotTable
+from .multimodal.projector import Projector
+from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
+from .sampling.chain import GrammarError
+from .sampling.logprobs import score_rows, token_logprob
+from .sampling.lookup_draft import DraftCounts
 from .seating import add_choices, open_job, resolve_wait, seat_pending_choices
 from .step_batch import fill_step_batch, plan_drafts
-from .thread_tuner import ThreadTuner
 from .waiting import WaitingQueue
 
 log = logging.getLogger(__name__)

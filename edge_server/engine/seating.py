@@ -5,11 +5,11 @@ for its n choices. The scheduler decides when; this module decides where.
 
 from __future__ import annotations
 
+from .backend.llama_model import LlamaModel, Vocab
 from .jobs import Choice, Job, choice_seed
-from .kv_slots import PrefixSource, Slot, SlotTable, common_prefix
-from .llama_model import LlamaModel, Vocab
+from .kv.slots import PrefixSource, Slot, SlotTable, common_prefix
 from .request import RequestHandle
-from .sampling import SamplerChain, resolve_seed
+from .sampling.chain import SamplerChain, resolve_seed
 from .text_stream import TextStream
 
 # Waiting for a slot that is evaluating the same prefix pays off from this many tokens.

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .batch import DecodeBatch
+from .backend.batch import DecodeBatch
 from .image_prefill import text_end
 from .jobs import Choice, Job
-from .lookup_draft import LookupDraft, choose_depth
+from .sampling.lookup_draft import LookupDraft, choose_depth
 
 
 @dataclass

@@ -9,7 +9,8 @@ import threading
 import time
 from collections import deque
 
-from .request import EngineError, EngineOverloaded, RequestHandle
+from .errors import EngineError, EngineOverloaded
+from .request import RequestHandle
 
 
 class WaitingQueue:

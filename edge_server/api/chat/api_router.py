@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..dependencies import parse_body, serve_with_model
+from ..http.dependencies import parse_body, serve_with_model
 from .protocol import ChatCompletionRequest
 from .serving import ChatServing
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from ...engine import Engine
 from ...engine.chat_template import TemplateError
-from ...engine.projector import RgbImage
+from ...engine.multimodal.projector import RgbImage
 from ...engine.request import ImageSpan
-from ..errors import invalid, unsupported
-from ..images import check_image_count, decode_image_url, image_errors
-from ..prompt_bounds import check_prompt_bytes, too_long
+from ..common.images import check_image_count, decode_image_url, image_errors
+from ..common.prompt_bounds import check_prompt_bytes, too_long
+from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .protocol import ChatMessage, Tool
 

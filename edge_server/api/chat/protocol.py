@@ -8,14 +8,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..limits import (
+from ..common.protocol import SamplingRequest, UsageInfo
+from ..http.limits import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
     MAX_TOOL_CALLS,
     MAX_TOOLS,
     within_depth,
 )
-from ..protocol_common import SamplingRequest, UsageInfo
 
 
 class ContentPart(BaseModel):

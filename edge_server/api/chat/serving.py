@@ -9,10 +9,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine import Engine, GenerationRequest
-from ..dependencies import off_loop
-from ..errors import invalid
-from ..logprobs_format import chat_logprobs
-from ..serving_common import (
+from ..common.logprobs_format import chat_logprobs
+from ..common.serving import (
     cancel_on_disconnect,
     collect,
     max_tokens_for,
@@ -25,6 +23,8 @@ from ..serving_common import (
     usage_info,
     wait_started,
 )
+from ..http.dependencies import off_loop
+from ..http.errors import invalid
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
 from .prompt import chat_prompt

@@ -14,8 +14,8 @@ from starlette.requests import Request
 
 from ...engine import Engine
 from ...engine.request import RequestHandle
-from ..logprobs_format import chat_logprobs
-from ..serving_common import SSE_DONE, cancel_on_disconnect, sse_event, stream_deltas, usage_info
+from ..common.logprobs_format import chat_logprobs
+from ..common.serving import SSE_DONE, cancel_on_disconnect, sse_event, stream_deltas, usage_info
 from .choice_output import ChoiceOutput
 from .protocol import ChatCompletionRequest
 

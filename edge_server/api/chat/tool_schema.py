@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from ...engine.schema_check import pointer
-from ..errors import APIError
-from ..serving_common import schema_grammar
+from ...engine.grammar.schema_check import pointer
+from ..common.serving import schema_grammar
+from ..http.errors import APIError
 from .protocol import Tool
 
 _DEFINITION_KEYWORDS = ("$defs", "definitions")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import invalid
+from ..http.errors import invalid
 from .protocol import ChatCompletionRequest, FunctionName, NamedToolChoice, Tool, ToolCall
 
 GENERIC_TOOL_PROMPT = (

@@ -10,14 +10,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine import Engine, GenerationRequest
-from ...engine.logprobs import TokenLogprob
 from ...engine.request import ImageSpan, RequestHandle
-from ..dependencies import off_loop
-from ..errors import invalid, unsupported
-from ..images import check_image_count, decode_image_url, image_errors
-from ..logprobs_format import completion_logprobs
-from ..prompt_bounds import check_prompt_bytes, check_token_count
-from ..serving_common import (
+from ...engine.sampling.logprobs import TokenLogprob
+from ..common.images import check_image_count, decode_image_url, image_errors
+from ..common.logprobs_format import completion_logprobs
+from ..common.prompt_bounds import check_prompt_bytes, check_token_count
+from ..common.serving import (
     SSE_DONE,
     ChoiceResult,
     cancel_on_disconnect,
@@ -36,6 +34,8 @@ from ..serving_common import (
     usage_info,
     wait_started,
 )
+from ..http.dependencies import off_loop
+from ..http.errors import invalid, unsupported
 from .protocol import (
     CompletionChoice,
     CompletionLogprobs,

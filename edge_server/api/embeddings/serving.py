@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...engine import Engine, EngineError
-from ...engine.embedder import EmbeddingJob, EmbeddingPlan, EmbeddingsUnsupported
-from ...engine.request import EngineCancelled
-from ..dependencies import off_loop
-from ..errors import APIError, from_engine_error, invalid, unsupported
-from ..serving_common import check_prompt_tokens
+from ...engine.embeddings.embedder import EmbeddingJob, EmbeddingPlan, EmbeddingsUnsupported
+from ...engine.errors import EngineCancelled
+from ..common.serving import check_prompt_tokens
+from ..http.dependencies import off_loop
+from ..http.errors import APIError, from_engine_error, invalid, unsupported
 from .protocol import EmbeddingRequest
 
 # Tokens of one request, all inputs together (OpenAI's limit): bounds the work one

@@ -11,7 +11,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..limits import INT32_MAX, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_STOP, MAX_STOP_CHARS, MAX_TOOLS
+from ..http.limits import (
+    INT32_MAX,
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    MAX_STOP,
+    MAX_STOP_CHARS,
+    MAX_TOOLS,
+)
 
 _BLOCK = ConfigDict(extra="allow")
 

@@ -13,9 +13,9 @@ from ...engine import Engine
 from ..chat import tools as tooling
 from ..chat.prompt import chat_prompt
 from ..chat.serving import PreparedChat, prepare
-from ..dependencies import off_loop
-from ..errors import APIError
-from ..serving_common import cancel_on_disconnect, collect, sse_response, submit, wait_started
+from ..common.serving import cancel_on_disconnect, collect, sse_response, submit, wait_started
+from ..http.dependencies import off_loop
+from ..http.errors import APIError
 from .blocks import Blocks
 from .outcome import StopReading, message_id, messages_usage
 from .protocol import CountTokensRequest, CountTokensResponse, MessagesRequest

@@ -13,8 +13,8 @@ from starlette.requests import Request
 
 from ...engine.request import RequestHandle
 from ..chat.choice_output import ChoiceOutput
-from ..errors import APIError
-from ..serving_common import cancel_on_disconnect, stream_deltas
+from ..common.serving import cancel_on_disconnect, stream_deltas
+from ..http.errors import APIError
 from .blocks import Blocks, Event
 from .error_shape import anthropic_body
 from .outcome import StopReading, messages_usage

@@ -20,7 +20,7 @@ from ..chat.protocol import (
     Tool,
     ToolCall,
 )
-from ..errors import APIError, invalid, unsupported
+from ..http.errors import APIError, invalid, unsupported
 from .protocol import (
     CountTokensRequest,
     ImageBlock,

@@ -7,8 +7,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..dependencies import parse_body, serve_with_model
-from ..errors import APIError, from_validation_error
+from ..http.dependencies import parse_body, serve_with_model
+from ..http.errors import APIError, from_validation_error
 from .protocol import ITEM_TAGS, ResponsesRequest
 from .serving import ResponsesServing, check_fields
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from ..limits import MAX_CACHE_KEY_CHARS, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
+from ..http.limits import MAX_CACHE_KEY_CHARS, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
 
 
 class InputPart(BaseModel):

@@ -24,10 +24,8 @@ from ..chat.protocol import (
     ToolCall,
 )
 from ..chat.serving import PreparedChat, prepare
-from ..dependencies import off_loop
-from ..errors import APIError, invalid, unsupported
-from ..protocol_common import JSONSchemaFormat, ResponseFormat
-from ..serving_common import (
+from ..common.protocol import JSONSchemaFormat, ResponseFormat
+from ..common.serving import (
     cancel_on_disconnect,
     collect,
     now,
@@ -36,6 +34,8 @@ from ..serving_common import (
     submit,
     wait_started,
 )
+from ..http.dependencies import off_loop
+from ..http.errors import APIError, invalid, unsupported
 from .protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,

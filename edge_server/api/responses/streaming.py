@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..errors import APIError
+from ..http.errors import APIError
 
 
 def item_id(prefix: str) -> str:

@@ -14,32 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from dataclasses import dataclass
 
+from .call import ARGS_MARKERS, ARGUMENT_KEYS, CALL_KEYS, NAME_CHARS, NAME_KEYS, Call
 from .events import CallArguments, CallStart, Content, Event, marker_at, partial_marker
 from .formats import ToolCallFormat
 from .json_scan import WHITESPACE, CallObject, Member, RawValue, loads
 
-# Keys a call object may have; any other key before the name means it is not a call.
-_NAME_KEYS = {"name"}
-_ARGUMENT_KEYS = {"arguments", "parameters"}
-_CALL_KEYS = _NAME_KEYS | _ARGUMENT_KEYS | {"type", "id", "function"}
-_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
-_ARGS_MARKERS = ("[ARGS]", "[CALL_ID]")
-
 # Parser states.
 _TEXT, _OPEN, _ITEM, _CALL, _NAMED, _NAMED_ARGS, _NEXT_ITEM, _AFTER = range(8)
-
-
-@dataclass
-class _Call:
-    name: str | None = None
-    index: int = -1  # set once started
-    silent: bool = False  # beyond max_calls: read, never told
-    arguments_key: str | None = None  # the key its arguments came under, once read
-    arguments_done: bool = False
-    pending: str = ""  # arguments read before the name
-    string_arguments: bool = False  # arguments written as a JSON string
 
 
 class ToolCallParser:
@@ -63,7 +45,7 @@ class ToolCallParser:
         self._in_array = False
         self._object: CallObject | None = None
         self._value: RawValue | None = None
-        self._call: _Call | None = None
+        self._call: Call | None = None
         self._started = 0
         self._out: list[Event] = []
 
@@ -163,11 +145,11 @@ class ToolCallParser:
         return self._begin_call(c)  # an empty list is no call: `]` is rejected there
 
     def _begin_call(self, c: str) -> bool:
-        self._call = _Call()
+        self._call = Call()
         if c == "{":
             self._object = CallObject()
             self._state = _CALL
-        elif self._fmt.named and c in _NAME_CHARS:
+        elif self._fmt.named and c in NAME_CHARS:
             self._call.name = ""
             self._state = _NAMED
         else:
@@ -194,7 +176,7 @@ class ToolCallParser:
         assert self._call is not None and self._call.name is not None
         buf = self._buf
         end = 0
-        while end < len(buf) and buf[end] in _NAME_CHARS:
+        while end < len(buf) and buf[end] in NAME_CHARS:
             end += 1
         name = self._call.name + buf[:end]
         self._hold(buf[:end])
@@ -212,7 +194,7 @@ class ToolCallParser:
 
     def _named_separator(self) -> bool:
         buf = self._buf
-        for marker in _ARGS_MARKERS:
+        for marker in ARGS_MARKERS:
             if buf.startswith(marker):
                 # `[CALL_ID]id[ARGS]`: the model's own id is read past, ours is used.
                 rest = buf[len(marker) :]
@@ -290,16 +272,16 @@ class ToolCallParser:
         call = self._call
         assert call is not None
         for member in members:
-            if member.what == "key" and call.index < 0 and member.key not in _CALL_KEYS:
+            if member.what == "key" and call.index < 0 and member.key not in CALL_KEYS:
                 self._reject()
                 return False
-            if member.what == "part" and member.key in _ARGUMENT_KEYS:
+            if member.what == "part" and member.key in ARGUMENT_KEYS:
                 if call.arguments_key in (None, member.key) and not call.arguments_done:
                     if call.arguments_key is None:
                         call.arguments_key = member.key
                         call.string_arguments = member.text.startswith('"')
                     self._arguments(member.text)
-            elif member.what == "value" and member.key in _ARGUMENT_KEYS:
+            elif member.what == "value" and member.key in ARGUMENT_KEYS:
                 if call.arguments_key == member.key and not call.arguments_done:
                     call.arguments_done = True
                     if call.string_arguments:
@@ -307,7 +289,7 @@ class ToolCallParser:
                         call.pending = decoded if isinstance(decoded, str) else call.pending
                         call.string_arguments = False
                         self._arguments("")
-            elif member.what == "value" and member.key in _NAME_KEYS and call.index < 0:
+            elif member.what == "value" and member.key in NAME_KEYS and call.index < 0:
                 name = loads(member.text)
                 if not isinstance(name, str) or name not in self._names:
                     self._reject()
@@ -376,7 +358,7 @@ class ToolCallParser:
         if not self._forced or call is None:
             return
         partial = None
-        if self._object is not None and self._object.key in _NAME_KEYS:
+        if self._object is not None and self._object.key in NAME_KEYS:
             partial = self._object.partial_string
         candidates = sorted(n for n in self._names if n.startswith(partial or ""))
         if len(candidates) == 1:
@@ -386,7 +368,7 @@ class ToolCallParser:
 
     def _opens_call(self, c: str) -> bool:
         return c in "{[" or (
-            self._fmt.named and c in _NAME_CHARS and any(n.startswith(c) for n in self._names)
+            self._fmt.named and c in NAME_CHARS and any(n.startswith(c) for n in self._names)
         )
 
     def _hold(self, text: str) -> None:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import llama_cpp as lc
 import numpy as np
 
-from .batch import DecodeBatch
-from .llama_model import LlamaModel
-from .request import EngineError, EngineOverloaded
+from ..backend.batch import DecodeBatch
+from ..backend.llama_model import LlamaModel
+from ..errors import EngineError, EngineOverloaded
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .llama_model import LlamaModel
+from ..backend.llama_model import LlamaModel
 from .prompt_store import PromptStore, StoredPrefix, common_prefix
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .grammar_limits import MAX_PATTERN_LENGTH, MAX_PATTERN_NESTING, MAX_PATTERN_REPEAT
+from .limits import MAX_PATTERN_LENGTH, MAX_PATTERN_NESTING, MAX_PATTERN_REPEAT
 from .pattern_chars import PatternProblem, any_char, char_class, escape, literal
 
 __all__ = ["PatternProblem", "check_pattern"]

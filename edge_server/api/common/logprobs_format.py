@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.llama_model import Vocab
-from ..engine.logprobs import TokenLogprob
+from ...engine.backend.llama_model import Vocab
+from ...engine.sampling.logprobs import TokenLogprob
 
 
 def _text(vocab: Vocab, token: int) -> str:

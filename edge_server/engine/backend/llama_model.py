@@ -18,35 +18,9 @@ import numpy as np
 from . import rpc_guard
 from .cpu_probe import extra_buffers_safe
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
+from .runtime import init_backend, log_buffer_sizes
 
 log = logging.getLogger(__name__)
-
-_backend_ready = False
-_llama_log = logging.getLogger("llama.cpp")
-_LEVEL_INFO, _LEVEL_WARN, _LEVEL_ERROR = 2, 3, 4  # ggml_log_level
-# With RPC servers, where llama.cpp put weights, KV cache and compute buffers is worth
-# a line per device in our log ("RPC0 model buffer size = ... MiB").
-_log_buffer_sizes = False
-
-
-@lc.llama_log_callback
-def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    # llama.cpp narrates every load at INFO on stderr; keep only its warnings and errors.
-    if level in (_LEVEL_WARN, _LEVEL_ERROR):
-        message = text.decode("utf-8", errors="replace").rstrip()
-        if message:
-            _llama_log.log(logging.ERROR if level == _LEVEL_ERROR else logging.WARNING, message)
-    elif level == _LEVEL_INFO and _log_buffer_sizes and b"buffer size" in text:
-        _llama_log.info(" ".join(text.decode("utf-8", errors="replace").split()))
-
-
-def init_backend() -> None:
-    """Initialise llama.cpp's backends once per process, with its log routed to ours."""
-    global _backend_ready
-    if not _backend_ready:
-        lc.llama_log_set(forward_llama_log, ctypes.c_void_p(0))
-        lc.llama_backend_init()
-        _backend_ready = True
 
 
 class ModelLoadError(RuntimeError):
@@ -248,7 +222,6 @@ class LlamaModel:
     def _rpc_devices(endpoints: tuple[Endpoint, ...]) -> DeviceList | None:
         """RPC servers plus local GPUs as the model's devices; their connections are
         watched from here on (rpc_guard)."""
-        global _log_buffer_sizes
         if not endpoints:
             return None
         if rpc_guard.failure():
@@ -257,7 +230,7 @@ class LlamaModel:
             devices = DeviceList(endpoints)
         except RpcError as exc:
             raise ModelLoadError(str(exc)) from exc
-        _log_buffer_sizes = True
+        log_buffer_sizes()
         rpc_guard.watch(endpoints)
         return devices
 

@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..engine import Engine
-from ..model_pool import Lease, ModelPool, ModelUnavailable, UnknownModel
+from ...engine import Engine
+from ...model_pool import Lease, ModelPool, ModelUnavailable, UnknownModel
 from .body import parse_json_object
 from .errors import APIError, from_validation_error, model_not_found
 

@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..engine import rpc_guard
-from ..model_pool import ModelPool, ModelSpec, UnknownModel
-from .dependencies import pool
-from .errors import model_not_found
+from ...engine.backend import rpc_guard
+from ...model_pool import ModelPool, ModelSpec, UnknownModel
+from ..http.dependencies import pool
+from ..http.errors import model_not_found
 
 
 class ModelCard(BaseModel):

@@ -3,8 +3,8 @@ fit would let one request occupy a CPU for seconds."""
 
 from __future__ import annotations
 
-from ..engine import Engine
-from .errors import APIError
+from ...engine import Engine
+from ..http.errors import APIError
 
 
 def too_long(param: str, message: str) -> APIError:

@@ -28,7 +28,7 @@ from llama_cpp.llama_grammar import (
     SchemaConverter,
 )
 
-from .grammar_limits import MAX_GBNF_REPEAT, SchemaError, check_grammar
+from .limits import MAX_GBNF_REPEAT, SchemaError, check_grammar
 from .schema_check import ENFORCED_FORMATS, normalize, unenforced
 
 __all__ = [

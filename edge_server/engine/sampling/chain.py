@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import llama_cpp as lc
 import numpy as np
 
-from .llama_model import Vocab
+from ..backend.llama_model import Vocab
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 
 from PIL import Image, UnidentifiedImageError
 
-from ..engine import EngineOverloaded
-from ..engine.projector import ImageLimits, ProjectorBusy, RgbImage
-from ..engine.projector_check import ProjectorError
-from .errors import APIError, from_engine_error, invalid
+from ...engine import EngineOverloaded
+from ...engine.multimodal.projector import ImageLimits, ProjectorBusy, RgbImage
+from ...engine.multimodal.projector_check import ProjectorError
+from ..http.errors import APIError, from_engine_error, invalid
 
 _FORMATS = {"PNG", "JPEG", "WEBP", "GIF", "BMP"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w=.+-]+)*),", re.I)

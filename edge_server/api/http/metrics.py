@@ -17,8 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..engine.scheduler import JobStats
-from ..model_pool import ModelPool
+from ...engine.scheduler import JobStats
+from ...model_pool import ModelPool
 from .draining import Drain
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .grammar_limits import (
+from .limits import (
     MAX_ALTERNATIVES,
     MAX_ARRAY_ITEMS,
     MAX_DOCUMENT_DEPTH,

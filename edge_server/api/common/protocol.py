@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .limits import INT32_MAX, MAX_CACHE_KEY_CHARS, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
+from ..http.limits import INT32_MAX, MAX_CACHE_KEY_CHARS, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
 
 # Token ids as OpenAI writes them: ASCII digits only (str.isdigit() also takes "²").
 _TOKEN_ID = re.compile(r"-?[0-9]{1,10}")

@@ -20,6 +20,8 @@ from pathlib import Path
 import llama_cpp as lc
 from llama_cpp._ctypes_extensions import load_shared_library
 
+from .runtime import init_backend
+
 MAX_SERVERS = 16  # GGML_RPC_MAX_SERVERS
 # ggml-rpc.cpp of the llama.cpp that llama-cpp-python 0.3.36 vendors: RPC_CMD_HELLO is
 # pinned to 14 across versions; the reply is major, minor, patch, padding, 24 caps bytes.
@@ -193,8 +195,6 @@ def check_servers(endpoints: tuple[Endpoint, ...]) -> None:
 
 def describe_servers(endpoints: tuple[Endpoint, ...]) -> list[str]:
     """A line per RPC device with the memory its server reports (`edge-server info`)."""
-    from .llama_model import init_backend
-
     init_backend()
     lines = []
     for device in add_servers(endpoints):

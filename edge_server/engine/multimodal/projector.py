@@ -28,7 +28,8 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
-from .llama_model import LlamaModel, forward_llama_log
+from ..backend.llama_model import LlamaModel
+from ..backend.runtime import forward_llama_log
 from .projector_check import ProjectorError, check_projector
 
 log = logging.getLogger(__name__)

@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..engine import Engine
-from .chat.prompt import chat_prompt
-from .chat.protocol import ChatMessage, Tool
-from .dependencies import off_loop, parse_body, serve_with_model
-from .limits import MAX_MESSAGES, MAX_TOOLS, token_ids
-from .serving_common import check_prompt_tokens
+from ...engine import Engine
+from ..chat.prompt import chat_prompt
+from ..chat.protocol import ChatMessage, Tool
+from ..common.serving import check_prompt_tokens
+from ..http.dependencies import off_loop, parse_body, serve_with_model
+from ..http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
 
 
 class TokenizeRequest(BaseModel):

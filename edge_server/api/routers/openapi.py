@@ -19,21 +19,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from .. import __version__
-from .chat.protocol import ChatCompletionRequest, ChatCompletionResponse
-from .completions.protocol import CompletionRequest, CompletionResponse
-from .embeddings.protocol import EmbeddingRequest, EmbeddingResponse
-from .errors import ErrorResponse
-from .messages.protocol import (
+from ... import __version__
+from ..chat.protocol import ChatCompletionRequest, ChatCompletionResponse
+from ..completions.protocol import CompletionRequest, CompletionResponse
+from ..embeddings.protocol import EmbeddingRequest, EmbeddingResponse
+from ..http.errors import ErrorResponse
+from ..messages.protocol import (
     AnthropicErrorResponse,
     CountTokensRequest,
     CountTokensResponse,
     MessagesRequest,
     MessagesResponse,
 )
-from .models_router import HealthResponse, ModelCard, ModelList
-from .responses.protocol import ResponseObject, ResponsesRequest
-from .tokenize_router import DetokenizeRequest, TokenizeRequest
+from ..responses.protocol import ResponseObject, ResponsesRequest
+from .models import HealthResponse, ModelCard, ModelList
+from .tokenize import DetokenizeRequest, TokenizeRequest
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,17 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ..engine import ChoiceDelta, Engine, EngineError, GenerationRequest, SamplingParams, Usage
-from ..engine.json_grammar import ANY_JSON_OBJECT, SchemaError, compile_schema, name_tool_paths
-from ..engine.logprobs import TokenLogprob
-from ..engine.request import RequestHandle
-from .errors import APIError, from_engine_error, invalid
-from .protocol_common import PromptTokensDetails, SamplingRequest, UsageInfo
+from ...engine import ChoiceDelta, Engine, EngineError, GenerationRequest, SamplingParams, Usage
+from ...engine.grammar.json_grammar import (
+    ANY_JSON_OBJECT,
+    SchemaError,
+    compile_schema,
+    name_tool_paths,
+)
+from ...engine.request import RequestHandle
+from ...engine.sampling.logprobs import TokenLogprob
+from ..http.errors import APIError, from_engine_error, invalid
+from .protocol import PromptTokensDetails, SamplingRequest, UsageInfo
 
 log = logging.getLogger(__name__)
 

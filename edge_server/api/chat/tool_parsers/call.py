@@ -1,0 +1,23 @@
+"""The call a tool-call parser is reading, and the keys and characters that tell one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Keys a call object may have; any other key before the name means it is not a call.
+NAME_KEYS = {"name"}
+ARGUMENT_KEYS = {"arguments", "parameters"}
+CALL_KEYS = NAME_KEYS | ARGUMENT_KEYS | {"type", "id", "function"}
+NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+ARGS_MARKERS = ("[ARGS]", "[CALL_ID]")
+
+
+@dataclass
+class Call:
+    name: str | None = None
+    index: int = -1  # set once started
+    silent: bool = False  # beyond max_calls: read, never told
+    arguments_key: str | None = None  # the key its arguments came under, once read
+    arguments_done: bool = False
+    pending: str = ""  # arguments read before the name
+    string_arguments: bool = False  # arguments written as a JSON string

@@ -1,0 +1,7 @@
+"""llama.cpp itself: the process-wide backend and its log (runtime), one GGUF model and
+its context (llama_model), the reusable decode batch (batch), the CPU probe and thread
+tuner, and layers on RPC servers (rpc_devices, rpc_guard).
+
+May import: llama_cpp, numpy and the standard library; nothing else of edge_server.
+Imported by: every other engine part that touches llama.cpp, and the CLI's `info`.
+"""

@@ -1,0 +1,7 @@
+"""The KV cache and the prompt caches beyond it: which sequence holds which tokens and
+where a new prompt's prefix can be found (slots), and prefixes spilled to RAM and disk
+(prompt_store).
+
+May import: engine.backend.
+Imported by: the scheduler core (seating, jobs, scheduler, engine).
+"""
