@@ -34,7 +34,7 @@ def _store(opts: ServeOptions) -> ModelStore:
     return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)))
 
 
-def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-def]
+def _specs(opts: ServeOptions, store: ModelStore):
     """Model specs for the pool, and the id of the model to load at start."""
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
     from .engine.backend.rpc_devices import parse_endpoints

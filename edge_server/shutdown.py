@@ -37,7 +37,7 @@ class DrainingServer(uvicorn.Server):
 
 
 async def exit_when_drained(server: DrainingServer, timeout: float,
-                            announce: Callable[[str], None]) -> None:
+                            announce: Callable[[str], object]) -> None:
     """Waits for a drain to start, then ends serving once it is over."""
     drain = server.drain
     while not drain.draining:

@@ -89,7 +89,7 @@ def create_app(
         routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
                 *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
                 openapi_route(secured=bool(api_keys))],
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
         lifespan=lifespan,
     )

@@ -17,7 +17,7 @@ Imported by: the model pool (edge_server.model_pool) and the HTTP layer (edge_se
 from .backend.llama_model import ContextSettings, ModelLoadError
 from .engine import Engine, EngineSettings
 from .errors import EngineError, EngineOverloaded
-from .request import ChoiceDelta, GenerationRequest, Usage
+from .request import ChoiceDelta, FinishReason, GenerationRequest, Usage
 from .sampling.chain import SamplingParams
 from .scheduler import SchedulerSettings
 
@@ -28,6 +28,7 @@ __all__ = [
     "EngineError",
     "EngineOverloaded",
     "EngineSettings",
+    "FinishReason",
     "GenerationRequest",
     "ModelLoadError",
     "SamplingParams",

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from .kv.slots import Slot
-from .request import ChoiceDelta, GenerationRequest, RequestHandle
+from .request import ChoiceDelta, FinishReason, GenerationRequest, RequestHandle
 from .sampling.chain import SamplerChain
 from .sampling.logprobs import TokenLogprob
 from .sampling.lookup_draft import LookupDraft
@@ -90,7 +90,7 @@ class Job:
     def finish_choice(
         self,
         choice: Choice,
-        reason: str,
+        reason: FinishReason,
         tokens: list[int],
         text: str = "",
         scored: list[TokenLogprob] | None = None,

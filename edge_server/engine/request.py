@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .errors import EngineCancelled, EngineError
 from .multimodal.projector import ImageChunk
@@ -88,6 +89,10 @@ class GenerationRequest:
             span.chunk.close()
 
 
+# Why a choice ended: a stop (EOS, a stop string or token) or its max_tokens.
+FinishReason = Literal["stop", "length"]
+
+
 @dataclass
 class ChoiceDelta:
     """New text of one choice since its last delta; finish_reason set on its last one."""
@@ -95,7 +100,7 @@ class ChoiceDelta:
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     logprobs: list[TokenLogprob] | None = None
 
 
@@ -167,6 +172,7 @@ class RequestHandle:
     async def deltas(self) -> AsyncIterator[ChoiceDelta]:
         """Yields every delta until all choices finish; raises EngineError on failure."""
         while not self._finished:
+            items: object
             if self._first is not None:
                 items, self._first = self._first, None
             else:

@@ -5,7 +5,7 @@ token of every generating sequence plus chunks of waiting prompts (chunked prefi
 one C sampler call per sequence. Python does a handful of operations per token; the heavy
 work (matrix math, sampling) is in C with the GIL released.
 
-Every slot is a sequence with a KV stream of its own (see kv_slots.py), so a request
+Every slot is a sequence with a KV stream of its own (see kv/slots.py), so a request
 never runs out of cache because others grew: what does not fit one stream is refused up
 front. A prompt whose prefix another slot holds, or is evaluating right now, copies that
 KV instead of evaluating it again. The n choices of a request take as many free slots as

@@ -57,13 +57,16 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int) 
     most = min(most, (batch.capacity // 2) // len(generating),
                *(n_ctx_seq - c.position - 2 for _, c in generating))
     proposals = []
+    hit_rates = []
     for job, choice in generating:
+        assert choice.slot is not None
         if choice.lookup is None:
             choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token])
+        hit_rates.append(choice.lookup.hit_rate)
         proposal = choice.lookup.propose(max(most, 1))
         # Drafts past the choice's last token could only be thrown away.
         proposals.append(proposal[: max(job.request.max_tokens - choice.generated - 1, 0)])
-    depth = choose_depth(proposals, [c.lookup.hit_rate for _, c in generating], most)
+    depth = choose_depth(proposals, hit_rates, most)
     for (_, choice), draft in zip(generating, proposals, strict=True):
         # A row past a short lookup is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .protocol import ChatResponseMessage
+from ...engine import FinishReason
+from .protocol import ChatFinishReason, ChatResponseMessage
 from .reasoning import ReasoningSplitter
 from .tool_parsers import (
     CallArguments,
@@ -58,7 +59,7 @@ class ChoiceOutput:
     def push(self, text: str) -> list[dict[str, Any]]:
         """Deltas (OpenAI `delta` objects) that the new text makes known."""
         reasoning, content = self._splitter.push(text) if self._splitter else ("", text)
-        events = self._parser.feed(content) if self._parser else [Content(content)]
+        events: list[Event] = self._parser.feed(content) if self._parser else [Content(content)]
         return self._deltas(reasoning, events)
 
     def finish(self) -> list[dict[str, Any]]:
@@ -71,7 +72,7 @@ class ChoiceOutput:
             events = [Content(content)]
         return self._deltas(reasoning, events)
 
-    def finish_reason(self, engine_reason: str | None) -> str | None:
+    def finish_reason(self, engine_reason: FinishReason | None) -> ChatFinishReason | None:
         """Calls end the answer with `tool_calls` (`function_call`), unless it was cut
         off: then `length`, as OpenAI answers a call cut off by max_tokens."""
         if not self._calls or engine_reason == "length":
@@ -84,7 +85,7 @@ class ChoiceOutput:
         if not self._calls:
             return ChatResponseMessage(content=content, reasoning_content=reasoning)
         content = (content or "").strip() or None
-        calls = [
+        calls: list[dict[str, Any]] = [
             {
                 "id": call.id,
                 "type": "function",

@@ -154,11 +154,15 @@ class ChatResponseMessage(BaseModel):
     function_call: dict[str, str] | None = None  # legacy requests (`functions`)
 
 
+# Calls end an answer with `tool_calls` (`function_call` for the legacy functions).
+ChatFinishReason = Literal["stop", "length", "tool_calls", "function_call"]
+
+
 class ChatChoice(BaseModel):
     index: int
     message: ChatResponseMessage
     logprobs: dict[str, Any] | None = None
-    finish_reason: Literal["stop", "length", "tool_calls", "function_call"] | None = None
+    finish_reason: ChatFinishReason | None = None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -120,7 +121,9 @@ class ChatServing:
         plan = prepared.plan
         n = prepared.request.n
         handle = submit(engine, prepared.request)
-        meta = {"id": new_id("chatcmpl"), "created": now(), "model": engine.model_id}
+        meta: dict[str, Any] = {
+            "id": new_id("chatcmpl"), "created": now(), "model": engine.model_id
+        }
         if req.stream:
             await wait_started(http, [handle])
             events = stream_chat(req, engine, http, handle, meta, plan.outputs(n))

@@ -66,7 +66,7 @@ def call_schema(tools: list[Tool]) -> CallSchema:
                 "required": ["name", "arguments"],
             }
         )
-    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    schema: dict[str, Any] = options[0] if len(options) == 1 else {"anyOf": options}
     if definitions:
         schema = {**schema, "$defs": definitions}
     return CallSchema(schema, origins)

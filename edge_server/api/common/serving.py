@@ -17,7 +17,15 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ...engine import ChoiceDelta, Engine, EngineError, GenerationRequest, SamplingParams, Usage
+from ...engine import (
+    ChoiceDelta,
+    Engine,
+    EngineError,
+    FinishReason,
+    GenerationRequest,
+    SamplingParams,
+    Usage,
+)
 from ...engine.grammar.json_grammar import (
     ANY_JSON_OBJECT,
     SchemaError,
@@ -201,7 +209,7 @@ async def wait_started(http: Request, handles: list[RequestHandle]) -> None:
 class ChoiceResult:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
 
     @property

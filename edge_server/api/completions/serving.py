@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -193,7 +194,7 @@ class CompletionsServing:
             raise
         # The served model's own id, whichever alias the client asked for (OpenAI too
         # answers with the resolved model name).
-        meta = {"id": new_id("cmpl"), "created": now(), "model": engine.model_id}
+        meta: dict[str, Any] = {"id": new_id("cmpl"), "created": now(), "model": engine.model_id}
         if req.stream:
             await wait_started(http, handles)
             return sse_response(
@@ -325,7 +326,7 @@ class CompletionsServing:
             yield SSE_DONE
 
 
-async def _merged(handles: list[RequestHandle]):  # type: ignore[no-untyped-def]
+async def _merged(handles: list[RequestHandle]):
     """Deltas of several requests as they come, tagged with the request's position."""
     if len(handles) == 1:
         async for delta in stream_deltas(handles[0]):

@@ -2,7 +2,7 @@
 
 Everything is checked here before the engine sees it: input count, empty inputs, token
 ids within the vocabulary, each input's tokens against the embedding context, and the
-request's total. The engine (engine/embedder.py) batches the inputs of concurrent
+request's total. The engine (engine/embeddings/embedder.py) batches the inputs of concurrent
 requests together.
 """
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from starlette.requests import Request
@@ -51,7 +53,7 @@ def _check_fields(req: EmbeddingRequest, plan: EmbeddingPlan) -> None:
 
 
 def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan) -> PreparedEmbedding:
-    items = req.inputs
+    items: Sequence[str | list[int]] = req.inputs
     single = req.single
     limit = plan.n_ctx
     inputs: list[list[int]] = []
@@ -130,7 +132,8 @@ class EmbeddingsServing:
         result = asyncio.wrap_future(job.future)
         watcher = asyncio.create_task(_disconnected(http))
         try:
-            await asyncio.wait({result, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            waiters: set[asyncio.Future[Any]] = {result, watcher}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if not result.done():  # the client left: drop what is not decoded yet
                 raise from_engine_error(EngineCancelled())
             try:

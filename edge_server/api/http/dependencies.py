@@ -74,7 +74,7 @@ async def parse_body(request: Request, model: type[RequestModel],
 
 
 def pool(request: Request) -> ModelPool:
-    return request.app.state.pool  # type: ignore[no-any-return]
+    return request.app.state.pool
 
 
 async def acquire(request: Request, model: str) -> Lease:

@@ -175,7 +175,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 405:
         return _wrong_method(request).response()
     return APIError(exc.status_code, str(exc.detail), code=str(exc.status_code),
-                    headers=exc.headers).response()
+                    headers=dict(exc.headers) if exc.headers else None).response()
 
 
 def _internal_error() -> APIError:

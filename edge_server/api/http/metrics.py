@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
@@ -75,7 +75,7 @@ class _PoolCollector:
     def __init__(self, pool: ModelPool) -> None:
         self.pool = pool
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         gauges = {
             "waiting": GaugeMetricFamily("edge_server_queue_depth",
                                          "requests waiting for a slot", labels=["model"]),

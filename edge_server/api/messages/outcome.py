@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from ...engine import Usage
+from ...engine import FinishReason, Usage
 from ..chat.choice_output import ChoiceOutput
 from .protocol import MessagesUsage
 
@@ -31,7 +31,7 @@ class StopReading:
     stops: list[str]
     matched: str | None = None
 
-    def cut(self, text: str, finish_reason: str | None) -> str:
+    def cut(self, text: str, finish_reason: FinishReason | None) -> str:
         if finish_reason != "stop" or not self.stops:
             return text
         # The earliest match ends the text; of stops ending there, the longest began first.
@@ -41,7 +41,7 @@ class StopReading:
                 return text[: len(text) - len(stop)]
         return text
 
-    def stop_reason(self, output: ChoiceOutput, finish_reason: str | None) -> str:
+    def stop_reason(self, output: ChoiceOutput, finish_reason: FinishReason | None) -> str:
         reason = output.finish_reason(finish_reason)
         if reason == "length":
             return "max_tokens"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,8 +26,10 @@ def _named(exc: ValidationError) -> APIError:
         part for k, part in enumerate(loc)
         if not (part in ITEM_TAGS and k >= 2 and loc[0] == "input" and isinstance(loc[k - 1], int))
     )
-    error = {key: deepest[key] for key in ("type", "input", "ctx") if key in deepest}
-    single = ValidationError.from_exception_data(exc.title, [{**error, "loc": kept}])  # type: ignore[list-item]
+    found: dict[str, Any] = dict(deepest)
+    error = {key: found[key] for key in ("type", "input", "ctx") if key in found}
+    line_errors: list[Any] = [{**error, "loc": kept}]
+    single = ValidationError.from_exception_data(exc.title, line_errors)
     return from_validation_error(single)
 
 

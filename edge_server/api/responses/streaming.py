@@ -103,8 +103,8 @@ class OutputItems:
     def _open_item(self, kind: str) -> list[Event]:
         self._text = []
         if kind == "message":
-            item = {"type": "message", "id": item_id("msg"), "status": "in_progress",
-                    "role": "assistant", "content": []}
+            item: dict[str, Any] = {"type": "message", "id": item_id("msg"),
+                                    "status": "in_progress", "role": "assistant", "content": []}
             part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
         else:
             item = {"type": "reasoning", "id": item_id("rs"), "status": "in_progress",

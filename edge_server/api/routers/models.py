@@ -42,8 +42,10 @@ class HealthResponse(BaseModel):
 
 
 def _card(models: ModelPool, spec: ModelSpec) -> ModelCard:
-    status = ("loaded" if models.is_loaded(spec.id)
-              else "available" if spec.path else "not_downloaded")
+    status: Literal["loaded", "available", "not_downloaded"] = (
+        "loaded" if models.is_loaded(spec.id)
+        else "available" if spec.path else "not_downloaded"
+    )
     return ModelCard(id=spec.id, created=spec.created(), aliases=list(spec.aliases),
                      status=status, input_modalities=list(spec.modalities()))
 

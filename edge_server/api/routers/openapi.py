@@ -111,7 +111,7 @@ _STATUS_TEXT = {400: "Invalid request", 404: "Unknown model", 413: "Request body
                 503: "Model loading, not downloaded, or no slot in time"}
 
 
-def _schemas(ops: list[Operation]) -> tuple[dict[tuple[type[BaseModel], str], Any],
+def _schemas(ops: list[Operation]) -> tuple[dict[tuple[Any, JsonSchemaMode], Any],
                                            dict[str, Any]]:
     """JSON schemas of every model the operations use, shared definitions gathered under
     components/schemas (requests as validated, responses as serialized)."""

@@ -9,7 +9,7 @@ a child process; if the child dies, models load without extra buffers (plain CPU
 kernels, slightly slower prompt processing, never a crash). The verdict is cached per
 llama.cpp build, CPU features and model file, so later starts skip the probe.
 
-Run as `python -m edge_server.engine.cpu_probe MODEL.gguf`: exit status 0 if a batched
+Run as `python -m edge_server.engine.backend.cpu_probe MODEL.gguf`: exit status 0 if a batched
 decode with extra buffers works.
 """
 

@@ -125,7 +125,7 @@ class _Ggml:
     """The few ggml backend-registry functions llama-cpp-python does not bind."""
 
     def __init__(self) -> None:
-        lib_dir = Path(lc.llama_cpp._lib._name).parent  # type: ignore[attr-defined]
+        lib_dir = Path(lc.llama_cpp._lib._name).parent
         lib = load_shared_library("ggml", lib_dir)
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
 

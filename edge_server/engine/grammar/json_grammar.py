@@ -1,8 +1,8 @@
 """JSON schema -> GBNF grammar, on top of llama-cpp-python's converter.
 
-The schema is first checked and, unless strict, relaxed to the limits of
-grammar_limits (schema_check); the finished grammar is checked once more
-(grammar_limits.check_grammar) before llama.cpp may see it.
+The schema is first checked and, unless strict, relaxed to the bounds of
+grammar/limits.py (schema_check); the finished grammar is checked once more
+(limits.check_grammar) before llama.cpp may see it.
 
 The shipped converter ignores numeric bounds; this subclass enforces `minimum`,
 `maximum` and their exclusive forms for integers (exactly) and for numbers (integer part
@@ -139,7 +139,7 @@ class _BoundedConverter(SchemaConverter):
     def _add_primitive(self, name: str, rule: BuiltinRule) -> str:
         if name == "char":
             rule = _JSON_CHAR
-        return super()._add_primitive(name, rule)  # type: ignore[no-any-return]
+        return super()._add_primitive(name, rule)
 
     def _format_literal(self, literal: str) -> str:
         # The literal is JSON text (a const, a key): its backslashes are characters to
@@ -160,7 +160,7 @@ class _BoundedConverter(SchemaConverter):
             branches = [{**schema, "type": t} for t in schema["type"]]
             return self._add_rule(rule_name, self._generate_union_rule(name, branches))
         if not isinstance(schema, dict) or _PRECEDENCE & schema.keys():
-            return super().visit(schema, name)  # type: ignore[no-any-return]
+            return super().visit(schema, name)
         kind = schema.get("type")
         if kind in ("integer", "number") and any(
             k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
@@ -175,7 +175,7 @@ class _BoundedConverter(SchemaConverter):
             return self._sized_string(schema, rule_name)
         if self._is_sized_array(schema):
             return self._add_rule(rule_name, self._array(schema, name))
-        return super().visit(schema, name)  # type: ignore[no-any-return]
+        return super().visit(schema, name)
 
     def _sized_string(self, schema: dict[str, Any], rule_name: str) -> str:
         # One rule per pair of bounds, shared by every string that has them: llama.cpp
@@ -245,7 +245,7 @@ class _BoundedConverter(SchemaConverter):
         return f"({full} | {block}{{0,{blocks - 1}}} {unit}{{0,{_BLOCK - 1}}})"
 
     def _block(self, unit: str) -> str:
-        return self._add_rule(f"{unit}-x{_BLOCK}", f"{unit}{{{_BLOCK}}}")  # type: ignore[no-any-return]
+        return self._add_rule(f"{unit}-x{_BLOCK}", f"{unit}{{{_BLOCK}}}")
 
     def _bounded_number(self, schema: dict[str, Any]) -> str:
         lo, hi, lo_open, hi_open = _bounds(schema)

@@ -1,5 +1,5 @@
 """Checks a JSON schema before conversion: malformed parts are refused by name, counts
-past the limits of grammar_limits are refused (strict) or relaxed in place (otherwise).
+past the limits of grammar/limits.py are refused (strict) or relaxed in place (otherwise).
 
 Paths in messages are JSON pointers into the schema (`#/properties/tags/maxItems`).
 """

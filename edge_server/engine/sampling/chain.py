@@ -96,8 +96,7 @@ class SamplerChain:
         if bias:
             arr = (lc.llama_logit_bias * len(bias))()
             for i, (token, value) in enumerate(bias.items()):
-                arr[i].token = token
-                arr[i].bias = value
+                arr[i] = lc.llama_logit_bias(token, value)
             self._add(lc.llama_sampler_init_logit_bias(vocab.n_tokens, len(bias), arr))
         if p.uses_penalties:
             self._penalties = self._add(

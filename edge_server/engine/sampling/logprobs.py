@@ -33,7 +33,7 @@ def _top(logits: np.ndarray, log_norm: float, top_n: int) -> list[tuple[int, flo
 
 def _log_norms(block: np.ndarray) -> np.ndarray:
     peak = block.max(axis=1)
-    return peak + np.log(np.exp(block - peak[:, None]).sum(axis=1))  # type: ignore[no-any-return]
+    return peak + np.log(np.exp(block - peak[:, None]).sum(axis=1))
 
 
 def token_logprob(logits: np.ndarray, token: int, top_n: int) -> TokenLogprob:

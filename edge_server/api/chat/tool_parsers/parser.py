@@ -251,9 +251,9 @@ class ToolCallParser:
                 return False
         c = buf[0]
         self._committed, self._held = False, []  # a new block: its own call or content
-        marker = marker_at(buf, self._fmt.starts)
-        if marker is not None:
-            if marker == "":
+        start = marker_at(buf, self._fmt.starts)
+        if start is not None:
+            if start == "":
                 return False
             self._state = _TEXT
         elif c in self._fmt.separators:
