@@ -2,6 +2,8 @@
 import { ApiError, AuthError, apiKey, listModels, setApiKey, streamChat } from "./api.js";
 import { attachImages } from "./images.js";
 import { button, messageElement } from "./render.js";
+import { answerStats, requestBody } from "./request.js";
+import { renderConversations as renderList } from "./sidebar.js";
 import { Store } from "./store.js";
 
 const $ = (id) => document.getElementById(id);
@@ -107,42 +109,14 @@ async function submitKey(event) {
 
 // ---- conversations list -----------------------------------------------------------------
 function renderConversations() {
-  const list = $("conversations");
-  list.replaceChildren();
-  for (const conversation of store.conversations) {
-    const item = document.createElement("li");
-    item.classList.toggle("current", conversation.id === store.currentId);
-    item.dataset.id = conversation.id;
-    const title = button(conversation.title, () => selectConversation(conversation.id), "title");
-    const rename = button("✎", () => startRename(item, conversation), "icon rename");
-    rename.setAttribute("aria-label", "Rename");
-    const remove = button("✕", () => deleteConversation(conversation), "icon delete");
-    remove.setAttribute("aria-label", "Delete");
-    item.append(title, rename, remove);
-    list.append(item);
-  }
-}
-
-function startRename(item, conversation) {
-  const input = document.createElement("input");
-  input.value = conversation.title;
-  input.setAttribute("aria-label", "Conversation name");
-  let finished = false;
-  const finish = (keep) => {
-    if (finished) return;
-    finished = true;
-    if (keep) store.rename(conversation.id, input.value);
-    save();
-    renderConversations();
-  };
-  input.addEventListener("keydown", (event) => {
-    if (event.key === "Enter") finish(true);
-    if (event.key === "Escape") finish(false);
+  renderList($("conversations"), store, {
+    select: selectConversation,
+    remove: deleteConversation,
+    renamed: () => {
+      save();
+      renderConversations();
+    },
   });
-  input.addEventListener("blur", () => finish(true));
-  item.replaceChildren(input);
-  input.focus();
-  input.select();
 }
 
 function deleteConversation(conversation) {
@@ -243,41 +217,11 @@ function renderAll() {
 }
 
 // ---- sending and streaming --------------------------------------------------------------
-function number(text, parse) {
-  return text === "" || text === undefined ? undefined : parse(text);
-}
-
-function requestBody(conversation) {
-  const s = store.settings;
-  const messages = [];
-  if (conversation.system.trim()) messages.push({ role: "system", content: conversation.system });
-  for (const m of conversation.messages) {
-    if (m.role === "assistant" && (m.state === "error" || !m.content)) continue;
-    if (m.role === "user" && m.images?.length) {
-      const parts = m.images.map((url) => ({ type: "image_url", image_url: { url } }));
-      messages.push({ role: "user", content: [...parts, { type: "text", text: m.content }] });
-    } else {
-      messages.push({ role: m.role, content: m.content });
-    }
-  }
-  const body = {
-    model: conversation.model, messages, separate_reasoning: true,
-    temperature: number(s.temperature, parseFloat), top_p: number(s.top_p, parseFloat),
-    max_tokens: number(s.max_tokens, (v) => parseInt(v, 10)),
-    seed: number(s.seed, (v) => parseInt(v, 10)),
-  };
-  if (s.json_schema.trim()) {
-    body.response_format = { type: "json_schema",
-      json_schema: { name: "answer", schema: JSON.parse(s.json_schema) } };
-  }
-  return body;
-}
-
 async function generate(conversation) {
   let body;
   conversation.model = $("model-picker").value || conversation.model;
   try {
-    body = requestBody(conversation);
+    body = requestBody(conversation, store.settings);
     $("settings-error").hidden = true;
   } catch (error) {
     $("settings").hidden = false;
@@ -320,17 +264,7 @@ async function generate(conversation) {
       if (error instanceof AuthError) askForKey("The server wants a valid API key.");
     }
   }
-  const ended = performance.now();
-  message.stats = { finish_reason: finish };
-  if (first !== null) message.stats.ttft_ms = first - started;
-  if (usage) {
-    message.stats.completion_tokens = usage.completion_tokens;
-    message.stats.prompt_tokens = usage.prompt_tokens;
-    message.stats.cached_tokens = usage.prompt_tokens_details?.cached_tokens ?? 0;
-    if (first !== null && ended > first) {
-      message.stats.tokens_per_second = usage.completion_tokens / ((ended - first) / 1000);
-    }
-  }
+  message.stats = answerStats({ started, first, ended: performance.now(), usage, finish });
   running = null;
   setRunning(false);
   store.touch(conversation);
