@@ -44,7 +44,7 @@ def chrome(profile: Path) -> Any:
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_script_timeout(300)  # answers on a busy machine
+    driver.set_script_timeout(100)  # a request in the page, on a busy machine
     return driver
 
 
