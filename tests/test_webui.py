@@ -78,8 +78,11 @@ def set_setting(driver: Any, element_id: str, value: str) -> None:
     if not by_id(driver, "settings").is_displayed():
         by_id(driver, "settings-toggle").click()
     field = by_id(driver, element_id)
-    driver.execute_script("arguments[0].value = ''", field)
+    # Emptied as a user's delete would (an input event), then typed into.
+    driver.execute_script("arguments[0].value = '';"
+                          "arguments[0].dispatchEvent(new Event('input'))", field)
     field.send_keys(value)
+    assert driver.execute_script("return arguments[0].value", field) == value
     by_id(driver, "settings-toggle").click()
 
 
@@ -126,6 +129,13 @@ def pick_model(driver: Any, model: str) -> None:
     Select(by_id(driver, "model-picker")).select_by_value(model)
 
 
+def figure(pattern: str, stats: str) -> int:
+    """A number of an answer's stats line."""
+    found = re.search(pattern, stats)
+    assert found, (pattern, stats)
+    return int(found.group(1))
+
+
 def health(server: RunningServer, model: str = DEFAULT_MODEL) -> dict[str, int]:
     return httpx.get(f"{server.base_url}/health").json()["models"][model]
 
@@ -147,7 +157,7 @@ def test_a_message_sent_with_enter_streams_in(page: Any) -> None:
     assert result["state"] == "done", result
     assert len(set(result["seen"])) >= 3, result  # the text came in step by step
     stats = result["stats"]
-    tokens = int(re.search(r"(\d+) tokens", stats).group(1))  # type: ignore[union-attr]
+    tokens = figure(r"(\d+) tokens", stats)
     assert 1 <= tokens <= 40
     assert re.search(r"[\d.]+ tok/s", stats) and "first token" in stats
     assert re.search(r"\d+ of \d+ prompt tokens cached", stats)
@@ -178,6 +188,8 @@ def test_stop_mid_stream_frees_the_sequence(page: Any, chat_server: RunningServe
     assert answer["content"].lstrip().startswith("[")  # the schema's grammar held
     wait_for(lambda: health(chat_server)["busy_sequences"] == 0, 30, "the sequence to end")
     assert by_id(page, "send").is_displayed() and not by_id(page, "stop").is_displayed()
+    settings = json.loads(page.execute_script("return localStorage.getItem('edge-chat.settings')"))
+    assert settings["json_schema"] == "" and settings["max_tokens"] == "24"
 
 
 def test_regenerate_and_edit_and_resend(page: Any) -> None:
@@ -234,7 +246,7 @@ def test_image_attach(page: Any, chat_server: RunningServer, tmp_path: Path) -> 
     wait_for(lambda: page.find_elements(By.CSS_SELECTOR, "#attachments img"), 10, "the preview")
     result = follow(page, send(page, "What is in the picture?"))
     assert result["state"] == "done" and not result["failure"], result
-    prompt_tokens = int(re.search(r"of (\d+) prompt", result["stats"]).group(1))  # type: ignore[union-attr]
+    prompt_tokens = figure(r"of (\d+) prompt", result["stats"])
     assert prompt_tokens > 16  # the test projector's 16 image tokens, plus the text
     assert health(chat_server)["images_encoded"] == encoded + 1
     user = stored(page)["messages"][0]
@@ -290,3 +302,48 @@ def test_screenshots_light_and_dark_desktop_and_phone(page: Any) -> None:
     page.find_element(By.CSS_SELECTOR, "#conversations .title").click()
     set_viewport(page, DESKTOP, mobile=False)
     assert console_errors(page) == []
+
+
+def test_markdown_code_copy_folded_reasoning_and_sanitizing(page: Any) -> None:
+    """An answer as the page stores it (a model that thinks, and text that tries to run
+    script) is rendered: Markdown, a copy button on code, the reasoning folded away, and
+    nothing of the model's HTML able to run or to load anything."""
+    from selenium.webdriver.common.by import By
+
+    hostile = ('<img src=x onerror="window.hacked=1"><script>window.hacked=2</script>'
+               '[link](javascript:window.hacked=3) <a href="#" style="color:red">styled</a>')
+    conversation = {
+        "id": "rendering", "title": "Rendering", "titled": True, "model": DEFAULT_MODEL,
+        "system": "", "updated": 0, "messages": [
+            {"role": "user", "content": "<b>not bold</b>"},
+            {"role": "assistant", "model": DEFAULT_MODEL, "state": "done",
+             "reasoning": "Let me think.",
+             "content": f"Some **bold** text.\n\n```python\nprint('hi')\n```\n\n{hostile}"}]}
+    page.execute_script(
+        "const all = JSON.parse(localStorage.getItem('edge-chat.conversations')) || [];"
+        "all.unshift(arguments[0]);"
+        "localStorage.setItem('edge-chat.conversations', JSON.stringify(all));"
+        "localStorage.setItem('edge-chat.current', JSON.stringify(arguments[0].id));",
+        conversation)
+    open_page(page, page.current_url)
+    answer = page.find_element(By.CSS_SELECTOR, ".msg.assistant")
+    assert answer.find_element(By.CSS_SELECTOR, ".body strong").text == "bold"
+    code = answer.find_element(By.CSS_SELECTOR, "pre code")
+    assert code.get_attribute("textContent") == "print('hi')\n"
+    assert answer.find_element(By.CSS_SELECTOR, "pre button.copy").is_displayed()
+    details = answer.find_element(By.CSS_SELECTOR, "details.reasoning")
+    assert details.get_attribute("open") is None  # folded
+    assert details.find_element(By.TAG_NAME, "summary").text == "Reasoning"
+    assert not details.find_element(By.TAG_NAME, "div").is_displayed()
+    details.find_element(By.TAG_NAME, "summary").click()
+    assert details.find_element(By.TAG_NAME, "div").text == "Let me think."
+    user = page.find_element(By.CSS_SELECTOR, ".msg.user .body")
+    assert user.text == "<b>not bold</b>"  # a user's text is text
+    body = answer.find_element(By.CSS_SELECTOR, ".body")
+    assert not body.find_elements(By.CSS_SELECTOR, "img, script, [style]")
+    assert "<script>window.hacked=2</script>" in body.text  # shown, as text
+    assert all(not (a.get_attribute("href") or "").startswith("javascript:")
+               for a in body.find_elements(By.TAG_NAME, "a"))
+    assert page.execute_script("return window.hacked") is None
+    errors = console_errors(page)
+    assert errors == [], '\n'.join(errors)

@@ -1,7 +1,7 @@
 // The chat page: wires the conversation store, the API and the rendering to the page.
 import { ApiError, AuthError, apiKey, listModels, setApiKey, streamChat } from "./api.js";
 import { attachImages } from "./images.js";
-import { button, messageElement } from "./render.js";
+import { button, copyText, messageElement } from "./render.js";
 import { answerStats, requestBody } from "./request.js";
 import { renderConversations as renderList } from "./sidebar.js";
 import { Store } from "./store.js";
@@ -146,7 +146,7 @@ function actionsFor(conversation, index) {
   if (message.state === "streaming") return [];
   if (message.role === "user") return [["Edit", () => startEdit(conversation, index)]];
   return [
-    ["Copy", () => navigator.clipboard?.writeText(message.content)],
+    ["Copy", (event) => copyText(message.content, event.currentTarget)],
     ["Regenerate", () => regenerate(conversation, index)],
   ];
 }

@@ -1,11 +1,25 @@
 // Markdown to safe DOM: marked parses, DOMPurify sanitizes (the model's text is untrusted),
 // then code blocks get a copy button. Both libraries are vendored (vendor/VERSIONS.txt).
+// HTML and images in the model's text are shown as text: they would only ever be blocked
+// (by the sanitizer or the page's CSP), so they are never parsed as markup at all.
+const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const escapeHtml = (text) => String(text ?? "").replace(/[&<>"']/g, (c) => ESCAPES[c]);
+let configured = false;
+
+function configureMarked() {
+  if (configured) return;
+  configured = true;
+  window.marked.use({ renderer: {
+    html: (token) => escapeHtml(token.text),
+    image: (token) => escapeHtml(token.text || token.href),
+  } });
+}
 const PURIFY = {
   FORBID_TAGS: ["style", "img", "form", "input", "button", "textarea", "select"],
   FORBID_ATTR: ["style"],
 };
 
-function copyText(text, button) {
+export function copyText(text, button) {
   const done = () => {
     button.textContent = "Copied";
     setTimeout(() => { button.textContent = "Copy"; }, 1200);
@@ -34,6 +48,7 @@ export function copyButton(getText, label = "Copy") {
 }
 
 export function renderMarkdown(target, text) {
+  configureMarked();
   const html = window.marked.parse(text, { gfm: true, breaks: false, async: false });
   target.innerHTML = window.DOMPurify.sanitize(html, PURIFY);
   for (const link of target.querySelectorAll("a[href]")) {
