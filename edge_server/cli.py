@@ -114,6 +114,7 @@ def serve(opts: ServeOptions) -> int:
     import uvicorn
 
     from .api.app import create_app
+    from .api.http.cors import check_origin
     from .api.http.metrics import Metrics
     from .api.http.replica import check_replica_name
     from .engine.backend import rpc_guard
@@ -129,6 +130,8 @@ def serve(opts: ServeOptions) -> int:
         replica = check_replica_name(opts.replica_name or f"{socket.gethostname()}:{opts.port}")
         # Unreachable servers fail here, clearly, not as an abort inside llama.cpp.
         check_servers(parse_endpoints(opts.rpc))
+        for origin in opts.cors_origins:
+            check_origin(origin)
     except (DefaultModelMissing, RegistryError, RpcError, OSError, ValueError) as exc:
         print(f"edge-server: {exc}", file=sys.stderr)
         return 2
@@ -140,7 +143,8 @@ def serve(opts: ServeOptions) -> int:
     pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
-                     max_body_mb=opts.max_body_mb, replica_name=replica)
+                     max_body_mb=opts.max_body_mb, replica_name=replica,
+                     webui=not opts.no_webui, cors_origins=opts.cors_origins)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout))
     app.state.watchdog_seconds = opts.watchdog_seconds

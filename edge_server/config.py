@@ -99,6 +99,13 @@ class ServeOptions:
     replica_name: str | None = _opt(None, "name sent in the X-Edge-Replica header of every "
                                     "answer, to tell replicas apart behind a load balancer "
                                     "(default: hostname:port)")
+    no_webui: bool = _opt(False, "do not serve the chat page at / (the API is unchanged)",
+                          action="store_true")
+    cors_origins: list[str] = _opt([], "web origins (scheme://host[:port], or * for any) whose "
+                                   "pages may call the API from a browser (repeatable or "
+                                   "comma-separated); a browser request from any other "
+                                   "origin but the server's own gets a 403",
+                                   action="append")
     max_body_mb: float = _opt(8.0, "largest request body accepted, in MiB; larger gets a 413")
     watchdog_seconds: float = _opt(30.0, "an engine step stalled this long makes /health "
                                    "answer 503 (and stops systemd watchdog pings)")
@@ -119,6 +126,10 @@ def _env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False, "": False}
+
+
 def _coerce(value: Any, annotation: str) -> Any:
     if value is None:
         return None
@@ -126,6 +137,13 @@ def _coerce(value: Any, annotation: str) -> Any:
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         return [str(v) for v in value]
+    if annotation.startswith("bool"):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in _BOOLEANS:
+            raise ValueError(f"{value!r} is not a boolean (true/false, 1/0, yes/no, on/off)")
+        return _BOOLEANS[text]
     if "Path" in annotation:
         return Path(str(value)).expanduser()
     if annotation.startswith("int"):

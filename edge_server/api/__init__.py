@@ -8,8 +8,9 @@ Endpoints first, one package each, as vLLM's entrypoints (api_router / protocol 
     responses/    POST /v1/responses (OpenAI Responses), over chat
 Then what they share:
     routers/      the small routes: models, health, tokenize, OpenAPI
+    webui/        GET /, the chat page (static files, package data)
     common/       serving code and request fields shared by the endpoints
-    http/         plumbing: bodies, limits, errors, auth, draining, metrics
+    http/         plumbing: bodies, limits, errors, auth, CORS, draining, metrics
     app.py        assembles the Starlette app
 
 May import: edge_server.model_pool and edge_server.engine (never the CLI).

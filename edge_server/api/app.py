@@ -16,6 +16,7 @@ from .completions.api_router import routes as completion_routes
 from .embeddings.api_router import routes as embedding_routes
 from .http.auth import APIKeyAuth
 from .http.body import BodyLimit
+from .http.cors import CrossOrigin
 from .http.draining import Drain, DrainGate
 from .http.errors import EXCEPTION_HANDLERS, ErrorBoundary
 from .http.metrics import Metrics, RequestCounter, metrics_route
@@ -26,6 +27,7 @@ from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
 from .routers.tokenize import routes as tokenize_routes
+from .webui import api_router as chat_page
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +41,14 @@ def create_app(
     reap_interval: float = 1.0,
     max_body_mb: float = 8.0,
     replica_name: str | None = None,
+    webui: bool = True,
+    cors_origins: list[str] | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
-    X-Edge-Replica header of every answer. `app.state.drain` starts draining."""
+    X-Edge-Replica header of every answer. `webui`: serve the chat page at /.
+    `cors_origins`: web origins whose pages may call the API (others get a 403).
+    `app.state.drain` starts draining."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -68,13 +74,16 @@ def create_app(
                 await loading
             pool.close()
 
-    # Outermost first: name the replica on every answer, count every answer, then turn
-    # any unexpected error into a 500 that keeps the connection usable, refuse new work
-    # while draining, then refuse oversized bodies before anything reads them.
+    # Outermost first: name the replica on every answer, count every answer, refuse web
+    # origins not allowed (and answer preflights, and add CORS headers to every answer of
+    # the allowed ones, errors included), then turn any unexpected error into a 500 that
+    # keeps the connection usable, refuse new work while draining, then refuse oversized
+    # bodies before anything reads them; the API key last.
     drain = Drain()
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
         Middleware(AnthropicErrors),  # every error on /v1/messages* in Anthropic's shape
+        Middleware(CrossOrigin, origins=cors_origins or []),
         Middleware(ErrorBoundary),
         Middleware(DrainGate, drain=drain),
         Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
@@ -82,13 +91,17 @@ def create_app(
     if replica_name:
         middleware.insert(0, Middleware(ReplicaHeader, name=replica_name))
     if api_keys:
-        middleware.append(Middleware(APIKeyAuth, keys=api_keys))
+        # The chat page's files need no key: the page asks for it.
+        middleware.append(Middleware(APIKeyAuth, keys=api_keys,
+                                     open_paths=("/",) if webui else (),
+                                     open_prefixes=(chat_page.PREFIX,) if webui else ()))
     metrics.watch_pool(pool)
     metrics.watch_drain(drain)
     app = Starlette(
         routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
                 *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
-                openapi_route(secured=bool(api_keys))],
+                openapi_route(secured=bool(api_keys)),
+                *(chat_page.routes() if webui else [])],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
         lifespan=lifespan,

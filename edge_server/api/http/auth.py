@@ -1,5 +1,6 @@
 """API keys: `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`) checked in
-constant time; /health stays open."""
+constant time; /health stays open, and so do the chat page's static files (it asks for the
+key itself, and holds no secret)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,16 @@ OPEN_PATHS = {"/health"}
 
 
 class APIKeyAuth:
-    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+    def __init__(self, app: ASGIApp, keys: list[str], open_paths: tuple[str, ...] = (),
+                 open_prefixes: tuple[str, ...] = ()) -> None:
+        """`open_paths` / `open_prefixes`: more paths (exact, or by prefix) that need no key."""
         self.app = app
         self._keys = [k.encode() for k in keys]
+        self._open_paths = OPEN_PATHS | set(open_paths)
+        self._open_prefixes = open_prefixes
+
+    def _open(self, path: str) -> bool:
+        return path in self._open_paths or path.startswith(self._open_prefixes)
 
     def _accepted(self, presented: bytes) -> bool:
         # Compare against every key, so timing says nothing about which (if any) matched.
@@ -25,7 +33,7 @@ class APIKeyAuth:
         return matched
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+        if scope["type"] != "http" or self._open(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers", []))

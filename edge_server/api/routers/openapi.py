@@ -104,6 +104,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/metrics"): Operation(
         "metrics", "Prometheus metrics", media_type="text/plain; version=0.0.4"),
     ("GET", OPENAPI_PATH): Operation("openapi", "This document", media_type="application/json"),
+    ("GET", "/"): Operation("chatPage", "The chat page (off with --no-webui)",
+                            media_type="text/html", open=True),
+    ("GET", "/webui/{name}"): Operation(
+        "chatPageFile", "A script, style sheet, icon or license of the chat page",
+        media_type="text/javascript", open=True),
 }
 
 _STATUS_TEXT = {400: "Invalid request", 404: "Unknown model", 413: "Request body too large",
