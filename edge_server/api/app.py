@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from ..model_pool import ModelPool
+from ..model_pool import ModelPool, ModelSpec
+from ..model_store import ModelStore, RegistryEntry
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
 from .embeddings.api_router import routes as embedding_routes
@@ -22,6 +23,8 @@ from .http.metrics import Metrics, RequestCounter, metrics_route
 from .http.replica import ReplicaHeader
 from .messages.api_router import routes as messages_routes
 from .messages.error_shape import AnthropicErrors
+from .ollama.api_router import routes as ollama_routes
+from .ollama.error_shape import OllamaErrors
 from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
@@ -39,10 +42,14 @@ def create_app(
     reap_interval: float = 1.0,
     max_body_mb: float = 8.0,
     replica_name: str | None = None,
+    store: ModelStore | None = None,
+    make_spec: Callable[[RegistryEntry], ModelSpec] | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
-    X-Edge-Replica header of every answer. `app.state.drain` starts draining."""
+    X-Edge-Replica header of every answer. `app.state.drain` starts draining. `store` and
+    `make_spec` (a registry entry as a pool model) let Ollama's /api/pull and /api/delete
+    manage the models directory."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -75,6 +82,7 @@ def create_app(
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
         Middleware(AnthropicErrors),  # every error on /v1/messages* in Anthropic's shape
+        Middleware(OllamaErrors),  # every error on /api/* in Ollama's shape
         Middleware(ErrorBoundary),
         Middleware(DrainGate, drain=drain),
         Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
@@ -87,7 +95,8 @@ def create_app(
     metrics.watch_drain(drain)
     app = Starlette(
         routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
-                *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
+                *tokenize_routes, *messages_routes, *response_routes, *ollama_routes,
+                metrics_route(metrics),
                 openapi_route(secured=bool(api_keys))],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         middleware=middleware,
@@ -95,6 +104,8 @@ def create_app(
     )
     app.state.pool = pool
     app.state.drain = drain
+    app.state.store = store
+    app.state.make_spec = make_spec
     app.state.ready = False
     app.state.startup_error = None
     return app
