@@ -278,3 +278,14 @@ def test_refused_routes_and_unknown_route(http: httpx.Client) -> None:
         assert r.status_code == 400 and "not supported" in r.json()["error"]
     r = http.get("/api/nothing")
     assert r.status_code == 404 and set(r.json()) == {"error"}
+
+
+def test_ollama_and_openai_requests_share_the_prefix_cache(oc: ollama.Client,
+                                                          http: httpx.Client) -> None:
+    messages = [{"role": "user", "content": "A question asked at both doors: why is the "
+                 "sky blue at noon and red at dusk?"}]
+    first = oc.chat(model=DEFAULT_MODEL, messages=messages, options={"num_predict": 1})
+    again = http.post("/v1/chat/completions", json={
+        "model": DEFAULT_MODEL, "messages": messages, "max_tokens": 1}).json()["usage"]
+    assert again["prompt_tokens"] == first.prompt_eval_count
+    assert again["prompt_tokens_details"]["cached_tokens"] >= again["prompt_tokens"] - 1

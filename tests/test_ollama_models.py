@@ -1,11 +1,13 @@
 """Ollama's model management through the official `ollama` client, on a server of its own
 whose models come from a local stand-in of the Hugging Face Hub: /api/pull with progress
-(registry ids and hf.co names), /api/copy, /api/delete, keep_alive (0 unloads), and API
-keys as Bearer tokens."""
+(registry ids and hf.co names), /api/copy, /api/delete, keep_alive (0 unloads), API keys
+as Bearer tokens; and images (base64) on its default model, which has a projector."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,13 @@ from pathlib import Path
 import httpx
 import ollama
 import pytest
-from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
+from conftest import (
+    DEFAULT_MODEL,
+    RunningServer,
+    start_server,
+    stop_server,
+    write_test_projector,
+)
 from local_hub import LocalHub
 
 from edge_server.default_model import default_model_path
@@ -41,7 +49,11 @@ def models_server(tmp_path_factory: pytest.TempPathFactory, gguf: bytes
         env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp / "hf"),
                "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
                "EDGE_SERVER_MODELS_DIR": str(tmp / "models")}
+        # The test projector (scripts/make_test_projector.py): its images mean nothing
+        # to the model, but every step of reading them runs.
+        projector = write_test_projector(tmp / "test-mmproj.gguf")
         server = start_server(tmp, "--registry", str(registry), "--api-key", KEY,
+                              "--mmproj", str(projector),
                               "--parallel", "2", "--ctx-size", "2048", name="ollama-models",
                               env=env)
         try:
@@ -169,3 +181,31 @@ def test_keep_alive_zero_unloads_and_load_requests(oc: ollama.Client) -> None:
     assert soon.expires_at is not None and soon.expires_at.year < 2100
     oc.generate(model="tiny", keep_alive=0)
     assert "tiny:latest" not in _loaded(oc)
+
+
+def _png(size: tuple[int, int] = (40, 32)) -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 60)).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_images_on_a_model_with_a_projector(oc: ollama.Client) -> None:
+    image = _png()
+    shown = oc.show(DEFAULT_MODEL)
+    assert "vision" in (shown.capabilities or [])
+    text_only = oc.chat(model=DEFAULT_MODEL, messages=HI, options={"num_predict": 1})
+    seen = oc.chat(model=DEFAULT_MODEL, options={"num_predict": 2},
+                   messages=[{"role": "user", "content": "What is this?", "images": [image]}])
+    assert seen.done and seen.prompt_eval_count > text_only.prompt_eval_count
+    described = oc.generate(model=DEFAULT_MODEL, prompt="Describe it.", images=[image],
+                            options={"num_predict": 2})
+    assert described.done and described.prompt_eval_count > text_only.prompt_eval_count
+    with pytest.raises(ollama.ResponseError) as corrupt:
+        oc.chat(model=DEFAULT_MODEL, messages=[{"role": "user", "content": "x",
+                                                "images": ["aGVsbG8gd29ybGQ="]}])
+    assert corrupt.value.status_code == 400 and "messages[0].images[0]" in corrupt.value.error
+    with pytest.raises(ollama.ResponseError) as raw:
+        oc.generate(model=DEFAULT_MODEL, prompt="x", images=[image], raw=True)
+    assert raw.value.status_code == 400 and "images" in raw.value.error
