@@ -289,3 +289,20 @@ def test_ollama_and_openai_requests_share_the_prefix_cache(oc: ollama.Client,
         "model": DEFAULT_MODEL, "messages": messages, "max_tokens": 1}).json()["usage"]
     assert again["prompt_tokens"] == first.prompt_eval_count
     assert again["prompt_tokens_details"]["cached_tokens"] >= again["prompt_tokens"] - 1
+
+
+def test_logprobs_think_and_suffix(oc: ollama.Client) -> None:
+    scored = oc.chat(model=DEFAULT_MODEL, messages=HELLO, logprobs=True, top_logprobs=2,
+                     options={"num_predict": 3})
+    assert scored.logprobs and len(scored.logprobs) == scored.eval_count
+    assert all(len(entry.top_logprobs or []) == 2 for entry in scored.logprobs)
+    streamed = list(oc.generate(model=DEFAULT_MODEL, prompt="Hi", logprobs=True, stream=True,
+                                options={"num_predict": 3}))
+    assert sum(len(p.logprobs or []) for p in streamed) == streamed[-1].eval_count
+    # think: the template is told to think, and thinking (if any) comes apart.
+    thought = oc.chat(model=DEFAULT_MODEL, messages=HELLO, think=True,
+                      options={"num_predict": 4})
+    assert thought.done and (thought.message.content or thought.message.thinking)
+    with pytest.raises(ollama.ResponseError) as no_fim:  # SmolLM2 has no FIM tokens
+        oc.generate(model=DEFAULT_MODEL, prompt="def f(", suffix="return 1")
+    assert no_fim.value.status_code == 400 and "suffix" in no_fim.value.error

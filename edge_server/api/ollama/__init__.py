@@ -7,7 +7,7 @@ doors, so that apps speaking only Ollama work unchanged.
     names        `name:tag` model names onto the pool's names
     translate    chat and generate requests as the chat / raw requests they mean
     serving      /api/chat and /api/generate: prepared, run, answered
-    streaming    NDJSON streams and the final object with its durations
+    streaming    an answer as Ollama's objects, NDJSON streams, the final durations
     embed        /api/embed and /api/embeddings over the embeddings door
     models       /api/tags, show, ps, version, copy, delete (and what is refused)
     gguf_info    details and model_info read from a GGUF file; its digest, kept
