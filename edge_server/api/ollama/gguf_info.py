@@ -113,7 +113,13 @@ class FileFacts:
         with self._lock:
             known = self._info.get(key)
         if known is None:
-            known = read_info(path)
+            try:
+                known = read_info(path)
+            except Exception as exc:  # a truncated or foreign file: listed, never a 500
+                log.warning("could not read the GGUF header of %s: %s", path.name, exc)
+                known = GGUFInfo({"parent_model": "", "format": "gguf", "family": "unknown",
+                                  "families": None, "parameter_size": "unknown",
+                                  "quantization_level": "unknown"}, {})
             with self._lock:
                 self._info[key] = known
         return known
