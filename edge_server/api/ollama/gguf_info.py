@@ -2,7 +2,7 @@
 file: details (format, family, parameter size, quantization level), model_info (the
 file's scalar metadata) and the digest (the file's SHA-256).
 
-Reading a header and hashing a file take seconds for large models, so each is done
+Hashing a file takes seconds for large models, so digests (and headers) are computed
 once per file version (path, size, modification time) and kept; callers run these off
 the event loop.
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import math
+import mmap
+import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +30,9 @@ _LONG_ARRAY = 64  # arrays longer than this (the vocabulary) are shown only with
 @dataclass(frozen=True)
 class GGUFInfo:
     details: dict[str, Any]
-    model_info: dict[str, Any]
-    long_arrays: dict[str, list[Any]] = field(default_factory=dict)
+    model_info: dict[str, Any]  # scalars and short arrays
+    long_keys: tuple[str, ...] = ()  # arrays of more than _LONG_ARRAY items
     chat_template: str | None = None
-
-    def show_info(self, verbose: bool) -> dict[str, Any]:
-        if verbose:
-            return {**self.model_info, **self.long_arrays}
-        return {**self.model_info, **{k: [] for k in self.long_arrays}}
 
 
 def _size_label(parameters: int) -> str:
@@ -55,31 +52,80 @@ def _quantization(file_type: int | None) -> str:
     return name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
-def _value(reader_field: Any) -> Any:
-    value = reader_field.contents()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN or infinity
-    return value
+# GGUF value types (gguf.GGUFValueType): struct formats of the fixed-size ones.
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+            10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+class _Header:
+    """Reads a GGUF header from a memory map: metadata and tensor shapes, skipping the
+    elements of long arrays (the vocabulary) rather than decoding each one, so a header
+    reads in milliseconds (gguf's GGUFReader builds an object per array element)."""
+
+    def __init__(self, data: mmap.mmap) -> None:
+        self.data = data
+        self.at = 0
+
+    def take(self, fmt: str) -> Any:
+        (value,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        size = self.take("<Q")
+        if size > len(self.data) - self.at:
+            raise ValueError("a string runs past the end of the file")
+        text = bytes(self.data[self.at:self.at + size]).decode("utf-8", "replace")
+        self.at += size
+        return text
+
+    def value(self, kind: int, keep: bool = True) -> Any:
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            item, count = self.take("<I"), self.take("<Q")
+            if item in _SCALARS and not (keep and count <= _LONG_ARRAY):
+                self.at += struct.calcsize(_SCALARS[item]) * count  # skipped whole
+                return None
+            if item == _STRING and not (keep and count <= _LONG_ARRAY):
+                for _ in range(count):  # each string's length, then past it
+                    self.at += 8 + struct.unpack_from("<Q", self.data, self.at)[0]
+                return None
+            items = [self.value(item, keep and count <= _LONG_ARRAY) for _ in range(count)]
+            return items if keep and count <= _LONG_ARRAY else None
+        if kind not in _SCALARS:
+            raise ValueError(f"unknown GGUF value type {kind}")
+        value = self.take(_SCALARS[kind])
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)  # JSON has no NaN or infinity
+        return value
 
 
 def read_info(path: Path) -> GGUFInfo:
-    reader = gguf.GGUFReader(str(path))
     info: dict[str, Any] = {}
-    arrays: dict[str, list[Any]] = {}
-    for key, item in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        try:
-            value = _value(item)
-        except (ValueError, TypeError, UnicodeDecodeError):
-            continue
-        if isinstance(value, list) and len(value) > _LONG_ARRAY:
-            arrays[key] = value
-        else:
-            info[key] = value
-    parameters = sum(int(t.n_elements) for t in reader.tensors)
+    long_keys: list[str] = []
+    parameters = 0
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        header = _Header(data)
+        if bytes(data[:4]) != b"GGUF":
+            raise ValueError("not a GGUF file")
+        header.at = 4
+        header.take("<I")  # version
+        tensors, fields = header.take("<Q"), header.take("<Q")
+        for _ in range(fields):
+            key, kind = header.string(), header.take("<I")
+            value = header.value(kind)
+            if value is None:
+                long_keys.append(key)
+            else:
+                info[key] = value
+        for _ in range(tensors):
+            header.string()  # name
+            dims = [header.take("<Q") for _ in range(header.take("<I"))]
+            header.take("<I")  # type
+            header.take("<Q")  # offset
+            parameters += math.prod(dims)
     info["general.parameter_count"] = parameters
     architecture = str(info.get("general.architecture", "unknown"))
     file_type = info.get("general.file_type")
@@ -92,7 +138,20 @@ def read_info(path: Path) -> GGUFInfo:
         "quantization_level": _quantization(file_type if isinstance(file_type, int) else None),
     }
     template = info.get("tokenizer.chat_template")
-    return GGUFInfo(details, info, arrays, template if isinstance(template, str) else None)
+    return GGUFInfo(details, info, tuple(long_keys),
+                    template if isinstance(template, str) else None)
+
+
+def long_arrays(path: Path, keys: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The long arrays' values (`verbose`), through gguf's full reader."""
+    reader = gguf.GGUFReader(str(path))
+    out: dict[str, list[Any]] = {}
+    for key in keys:
+        field_ = reader.fields.get(key)
+        if field_ is not None:
+            value = field_.contents()
+            out[key] = value if isinstance(value, list) else []
+    return out
 
 
 class FileFacts:
@@ -123,6 +182,13 @@ class FileFacts:
             with self._lock:
                 self._info[key] = known
         return known
+
+    def show_info(self, path: Path, verbose: bool) -> dict[str, Any]:
+        """model_info as /api/show gives it: long arrays empty unless `verbose`."""
+        info = self.info(path)
+        if not verbose:
+            return {**info.model_info, **{k: [] for k in info.long_keys}}
+        return {**info.model_info, **long_arrays(path, info.long_keys)}
 
     def digest(self, path: Path) -> str:
         key = self._key(path)

@@ -94,7 +94,7 @@ def _show(models: ModelPool, spec: ModelSpec, verbose: bool) -> dict[str, Any]:
         "template": template,
         "license": str(info.model_info.get("general.license", "")),
         "details": info.details,
-        "model_info": info.show_info(verbose),
+        "model_info": FACTS.show_info(spec.path, verbose),
         "capabilities": _capabilities(models, spec, template),
         "modified_at": _time(spec.path.stat().st_mtime),
     }
