@@ -171,6 +171,7 @@ class ModelPool:
         self._failures: dict[str, _LoadFailure] = {}
         self.load_seconds: dict[str, float] = {}
         self.runtime_names: set[str] = set()  # aliases added while serving (add_name)
+        self._unloading: set[asyncio.Task[bool]] = set()
 
     # --- lookup and leases -------------------------------------------------------------
 
@@ -206,7 +207,10 @@ class ModelPool:
             if loaded.keep_alive == 0 and loaded.leases == 0:
                 # Asked to go as soon as it is done: unload now rather than at the next reap.
                 with contextlib.suppress(RuntimeError):  # no running loop: the reaper will
-                    asyncio.get_running_loop().create_task(self.unload_when_idle(model_id))
+                    task = asyncio.get_running_loop().create_task(
+                        self.unload_when_idle(model_id))
+                    self._unloading.add(task)  # held, so it is not collected mid-way
+                    task.add_done_callback(self._unloading.discard)
 
     # --- names, files and keep-alive set at run time (Ollama's model management) ---------
 
@@ -287,7 +291,7 @@ class ModelPool:
                 if loaded is None:
                     return True
                 if not self._in_use(loaded):
-                    log.info("unloading %s (keep_alive 0)", model_id)
+                    log.info("unloading %s (keep_alive 0, or deleted)", model_id)
                     await self._unload(model_id)
                     return True
                 if loaded.leases > 0 or time.monotonic() > deadline:
