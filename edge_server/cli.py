@@ -35,7 +35,8 @@ def _store(opts: ServeOptions) -> ModelStore:
 
 
 def _specs(opts: ServeOptions, store: ModelStore):
-    """Model specs for the pool, and the id of the model to load at start."""
+    """Model specs for the pool, the id of the model to load at start, and how a registry
+    entry becomes a spec (for models pulled while serving)."""
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
     from .engine.backend.rpc_devices import parse_endpoints
     from .engine.multimodal.projector import ImageLimits
@@ -107,7 +108,8 @@ def _specs(opts: ServeOptions, store: ModelStore):
     # --chat-template-file and --mmproj apply to the default model only.
     templates = {default_id: opts.chat_template_file}
     projectors = {default_id: opts.mmproj}
-    return [spec(e, templates.get(e.id), projectors.get(e.id)) for e in entries], default_id
+    specs = [spec(e, templates.get(e.id), projectors.get(e.id)) for e in entries]
+    return specs, default_id, spec
 
 
 def serve(opts: ServeOptions) -> int:
@@ -125,7 +127,7 @@ def serve(opts: ServeOptions) -> int:
 
     try:
         store = _store(opts)
-        specs, default_id = _specs(opts, store)
+        specs, default_id, make_spec = _specs(opts, store)
         keys = opts.api_keys()
         replica = check_replica_name(opts.replica_name or f"{socket.gethostname()}:{opts.port}")
         # Unreachable servers fail here, clearly, not as an abort inside llama.cpp.
@@ -144,7 +146,8 @@ def serve(opts: ServeOptions) -> int:
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
                      max_body_mb=opts.max_body_mb, replica_name=replica,
-                     webui=not opts.no_webui, cors_origins=opts.cors_origins)
+                     webui=not opts.no_webui, cors_origins=opts.cors_origins, store=store,
+                     make_spec=make_spec)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout))
     app.state.watchdog_seconds = opts.watchdog_seconds

@@ -92,6 +92,7 @@ class _Loaded:
     load_seconds: float
     leases: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    keep_alive: float | None = None  # set by a request (Ollama's keep_alive); None: spec's
 
 
 @functools.lru_cache(maxsize=64)
@@ -169,6 +170,8 @@ class ModelPool:
         self.load_errors: dict[str, str] = {}
         self._failures: dict[str, _LoadFailure] = {}
         self.load_seconds: dict[str, float] = {}
+        self.runtime_names: set[str] = set()  # aliases added while serving (add_name)
+        self._unloading: set[asyncio.Task[bool]] = set()
 
     # --- lookup and leases -------------------------------------------------------------
 
@@ -201,6 +204,99 @@ class ModelPool:
         if loaded is not None:
             loaded.leases -= 1
             loaded.last_used = time.monotonic()
+            if loaded.keep_alive == 0 and loaded.leases == 0:
+                # Asked to go as soon as it is done: unload now rather than at the next reap.
+                with contextlib.suppress(RuntimeError):  # no running loop: the reaper will
+                    task = asyncio.get_running_loop().create_task(
+                        self.unload_when_idle(model_id))
+                    self._unloading.add(task)  # held, so it is not collected mid-way
+                    task.add_done_callback(self._unloading.discard)
+
+    # --- names, files and keep-alive set at run time (Ollama's model management) ---------
+
+    def add_name(self, name: str, alias: str) -> ModelSpec:
+        """`alias` answers for the model `name` names from now on (not kept across
+        restarts)."""
+        spec = self.spec(name)
+        if alias in self._by_name:
+            raise ValueError(f"model name `{alias}` is already used")
+        spec.aliases = (*spec.aliases, alias)
+        self._by_name[alias] = spec
+        self.runtime_names.add(alias)
+        return spec
+
+    def remove_name(self, alias: str) -> None:
+        """Removes an alias add_name gave."""
+        if alias not in self.runtime_names:
+            raise ValueError(f"`{alias}` was not added while serving")
+        spec = self.spec(alias)
+        spec.aliases = tuple(a for a in spec.aliases if a != alias)
+        del self._by_name[alias]
+        self.runtime_names.discard(alias)
+
+    def add_model(self, spec: ModelSpec) -> None:
+        """A model that came to be served at run time (a pulled file)."""
+        taken = [n for n in spec.names if n in self._by_name]
+        if taken:
+            raise ValueError(f"model name `{taken[0]}` is already used")
+        self.specs.append(spec)
+        for name in spec.names:
+            self._by_name[name] = spec
+
+    def set_file(self, name: str, path: Path | None, missing_reason: str = "") -> None:
+        """The model's file is now `path` (pulled), or gone (None: deleted)."""
+        spec = self.spec(name)
+        spec.path = path
+        spec.missing_reason = missing_reason
+        self._failures.pop(spec.id, None)
+
+    def set_keep_alive(self, model_id: str, seconds: float | None) -> None:
+        """How long the loaded model stays after its last use (negative: for good)."""
+        loaded = self._loaded.get(model_id)
+        if loaded is not None:
+            loaded.keep_alive = seconds
+
+    def _keep_alive_of(self, model_id: str, loaded: _Loaded) -> float:
+        if loaded.keep_alive is not None:
+            return loaded.keep_alive
+        keep = self.spec(model_id).keep_alive
+        return self.keep_alive if keep is None else keep
+
+    def expires_in(self, model_id: str) -> float | None:
+        """Seconds until the loaded model is unloaded if unused (None: never)."""
+        loaded = self._loaded.get(model_id)
+        if loaded is None:
+            return 0.0
+        keep = self._keep_alive_of(model_id, loaded)
+        if keep < 0:
+            return None
+        return max(0.0, keep - (time.monotonic() - loaded.last_used))
+
+    def loaded_engine(self, model_id: str) -> Engine | None:
+        loaded = self._loaded.get(model_id)
+        return None if loaded is None else loaded.engine
+
+    def loaded_bytes(self, model_id: str) -> int:
+        loaded = self._loaded.get(model_id)
+        return 0 if loaded is None else loaded.bytes + loaded.engine.embedding_bytes
+
+    async def unload_when_idle(self, model_id: str, wait: float = 2.0) -> bool:
+        """Unloads the model once no request uses it, waiting up to `wait` seconds for
+        the engine to settle; True when it is unloaded (or was not loaded)."""
+        deadline = time.monotonic() + wait
+        while True:
+            lock = self._locks.setdefault(model_id, asyncio.Lock())
+            async with lock:
+                loaded = self._loaded.get(model_id)
+                if loaded is None:
+                    return True
+                if not self._in_use(loaded):
+                    log.info("unloading %s (keep_alive 0, or deleted)", model_id)
+                    await self._unload(model_id)
+                    return True
+                if loaded.leases > 0 or time.monotonic() > deadline:
+                    return False  # its last lease unloads it, or the reaper will
+            await asyncio.sleep(0.02)
 
     # --- loading and unloading ------------------------------------------------------------
 
@@ -279,8 +375,7 @@ class ModelPool:
         now = time.monotonic()
         unloaded = []
         for model_id, loaded in list(self._loaded.items()):
-            keep = self.spec(model_id).keep_alive
-            keep = self.keep_alive if keep is None else keep
+            keep = self._keep_alive_of(model_id, loaded)
             if keep < 0 or self._in_use(loaded) or now - loaded.last_used < keep:
                 continue
             lock = self._locks.setdefault(model_id, asyncio.Lock())

@@ -106,6 +106,37 @@ def _judge_messages(status: int, content_type: str, body: bytes) -> str | None:
     return None
 
 
+def _judge_ollama(status: int, content_type: str, body: bytes) -> str | None:
+    """Ollama's door: NDJSON streams whose last line ends the answer or is an error line,
+    JSON answers (or an empty 200), and errors as {"error": "..."}."""
+    text = body.decode("utf-8", "replace")
+    if status == 200 and content_type.startswith("application/x-ndjson"):
+        try:
+            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError:
+            return "stream line is not JSON"
+        last = lines[-1] if lines and isinstance(lines[-1], dict) else {}
+        if "error" in last:
+            return "server error inside the stream" if "internal" in str(last["error"]) else None
+        return None if last.get("done") is True else "stream did not end with done: true"
+    if status == 200:
+        try:
+            data = json.loads(body) if body else {}
+        except ValueError:
+            return "200 answer is not JSON"
+        return None if isinstance(data, dict) else "200 answer is not an object"
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return f"HTTP {status}: answer is not JSON"
+    if (not isinstance(data, dict) or set(data) != {"error"}
+            or not isinstance(data["error"], str) or not data["error"]):
+        return f"HTTP {status}: error answer is not in Ollama's shape"
+    if status >= 500 and status != 503:
+        return f"HTTP {status}"
+    return None
+
+
 def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str | None:
     """None when the server may answer so; otherwise what is wrong. Statuses below 500,
     and 503 for overload or a model that cannot be loaded now, are answers; every other
@@ -114,6 +145,8 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
         return "traceback in the answer"
     if path == MESSAGES:
         return _judge_messages(status, content_type, body)
+    if path.startswith("/api/"):
+        return _judge_ollama(status, content_type, body)
     if status == 200:
         if content_type.startswith("text/event-stream"):
             return _judge_stream(body, path)

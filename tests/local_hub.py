@@ -4,7 +4,8 @@ Point huggingface-hub at it with HF_ENDPOINT (read when huggingface_hub is impor
 set it in the environment of the process that pulls). It answers HEAD and GET on
 /{org}/{repo}/resolve/{revision}/{file} with the headers hf_hub_download relies on
 (X-Repo-Commit, the file's SHA-256 as ETag, Content-Length) and honours Range requests,
-so resumed downloads work. `corrupt` serves bytes that do not match the advertised
+so resumed downloads work. GET /api/models/{org}/{repo}/tree/{revision} lists a repo's
+files (huggingface-hub's list_repo_files). `corrupt` serves bytes that do not match the advertised
 checksum; `interrupt` cuts the first full GET of a file off halfway, as a dropped
 connection would.
 """
@@ -12,6 +13,7 @@ connection would.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
@@ -99,6 +101,23 @@ class LocalHub:
                 self._answer(with_body=False)
 
             def do_GET(self) -> None:
+                if self.path.startswith("/api/models/"):
+                    self._tree()
+                    return
                 self._answer(with_body=True)
+
+            def _tree(self) -> None:
+                hub.requests.append((self.command, self.path, None))
+                parts = unquote(self.path.split("?")[0]).split("/")
+                repo = "/".join(parts[3:5])
+                listing = [{"type": "file", "path": name, "size": len(data),
+                            "oid": hashlib.sha1(data).hexdigest()}
+                           for (owner, name), data in hub.files.items() if owner == repo]
+                body = json.dumps(listing).encode()
+                self.send_response(200 if listing else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         return Handler

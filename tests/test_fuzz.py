@@ -1,6 +1,7 @@
-"""Fuzzing through the real server over HTTP: mutated requests to both endpoints, generated
-JSON schemas, broken JSON. Every answer must be one the server may give (a 2xx, a 4xx in
-the OpenAI error shape, or a 503/429 for overload; see `judge` in fuzz_judge), come
+"""Fuzzing through the real server over HTTP: mutated requests to every door (Ollama's
+/api/* too), generated JSON schemas, broken JSON. Every answer must be one the server may
+give (a 2xx, a 4xx in the door's error shape, or a 503/429 for overload; see `judge` in
+fuzz_judge), come
 within the time limit on a connection that stays up, and the server must serve normally
 afterwards. scripts/fuzz.py runs the same generators for far longer."""
 
@@ -10,6 +11,7 @@ import os
 from collections.abc import Iterator
 
 import fuzz_judge as fj
+import fuzz_ollama as fo
 import fuzz_strategies as fs
 import httpx
 import pytest
@@ -103,6 +105,13 @@ def test_fuzz_schemas(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 @given(case=fs.broken_json_cases())
 def test_fuzz_broken_json(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                           case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=150)
+@given(case=fo.ollama_cases())
+def test_fuzz_ollama(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                     case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
 
 

@@ -56,13 +56,16 @@ def test_every_post_has_its_request_schema(doc: dict[str, Any]) -> None:
     posts = [(p, ops["post"]) for p, ops in doc["paths"].items() if "post" in ops]
     assert {p for p, _ in posts} >= {"/v1/completions", "/v1/chat/completions"}
     for path, op in posts:
-        schema = _schema(doc, op["requestBody"]["content"]["application/json"]["schema"])
         model = OPERATIONS[("POST", path)].request
-        assert model is not None
+        if model is None:  # refused routes (Ollama's /api/create, /api/push) read no body
+            assert "requestBody" not in op and path in ("/api/create", "/api/push")
+            continue
+        schema = _schema(doc, op["requestBody"]["content"]["application/json"]["schema"])
         # Generated from the model that validates the body: every field, by its JSON name.
         fields = {f.alias or name for name, f in model.model_fields.items()}
         assert set(schema["properties"]) == fields, path
-        assert "model" in schema["required"]
+        if path != "/api/copy":  # Ollama's copy names `source` and `destination`
+            assert "model" in schema["required"]
         assert "200" in op["responses"] and "default" in op["responses"]
 
 

@@ -6,6 +6,7 @@ Endpoints first, one package each, as vLLM's entrypoints (api_router / protocol 
     embeddings/   POST /v1/embeddings
     messages/     POST /v1/messages (Anthropic), over chat
     responses/    POST /v1/responses (OpenAI Responses), over chat
+    ollama/       Ollama's native API (/api/*), over chat, completions and embeddings
 Then what they share:
     routers/      the small routes: models, health, tokenize, OpenAPI
     webui/        GET /, the chat page (static files, package data)

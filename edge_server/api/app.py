@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from ..model_pool import ModelPool
+from ..model_pool import ModelPool, ModelSpec
+from ..model_store import ModelStore, RegistryEntry
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
 from .embeddings.api_router import routes as embedding_routes
@@ -23,6 +24,8 @@ from .http.metrics import Metrics, RequestCounter, metrics_route
 from .http.replica import ReplicaHeader
 from .messages.api_router import routes as messages_routes
 from .messages.error_shape import AnthropicErrors
+from .ollama.api_router import routes as ollama_routes
+from .ollama.error_shape import OllamaErrors
 from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
@@ -43,12 +46,15 @@ def create_app(
     replica_name: str | None = None,
     webui: bool = True,
     cors_origins: list[str] | None = None,
+    store: ModelStore | None = None,
+    make_spec: Callable[[RegistryEntry], ModelSpec] | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
     X-Edge-Replica header of every answer. `webui`: serve the chat page at /.
     `cors_origins`: web origins whose pages may call the API (others get a 403).
-    `app.state.drain` starts draining."""
+    `store` and `make_spec` (a registry entry as a pool model) let Ollama's /api/pull and
+    /api/delete manage the models directory. `app.state.drain` starts draining."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -83,6 +89,7 @@ def create_app(
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
         Middleware(AnthropicErrors),  # every error on /v1/messages* in Anthropic's shape
+        Middleware(OllamaErrors),  # every error on /api/* in Ollama's shape
         Middleware(CrossOrigin, origins=cors_origins or []),
         Middleware(ErrorBoundary),
         Middleware(DrainGate, drain=drain),
@@ -99,8 +106,8 @@ def create_app(
     metrics.watch_drain(drain)
     app = Starlette(
         routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
-                *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
-                openapi_route(secured=bool(api_keys)),
+                *tokenize_routes, *messages_routes, *response_routes, *ollama_routes,
+                metrics_route(metrics), openapi_route(secured=bool(api_keys)),
                 *(chat_page.routes() if webui else [])],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
@@ -108,6 +115,8 @@ def create_app(
     )
     app.state.pool = pool
     app.state.drain = drain
+    app.state.store = store
+    app.state.make_spec = make_spec
     app.state.ready = False
     app.state.startup_error = None
     return app

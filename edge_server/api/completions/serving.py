@@ -118,7 +118,7 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
         else:
             check_token_count(len(item), engine, param)
         if isinstance(item, str) and req.suffix is not None:
-            tokens = _fill_in_the_middle(item, req.suffix, engine)
+            tokens = fill_in_the_middle(item, req.suffix, engine)
             text = item
         elif isinstance(item, str):
             # Raw prompts keep special-token parsing: their author writes the markup.
@@ -134,7 +134,7 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
     return prompts
 
 
-def _fill_in_the_middle(prefix: str, suffix: str, engine: Engine) -> list[int]:
+def fill_in_the_middle(prefix: str, suffix: str, engine: Engine) -> list[int]:
     """[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>: the model writes the middle."""
     fim = engine.vocab.fim
     if min(fim.values()) < 0:

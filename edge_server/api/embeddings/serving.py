@@ -52,7 +52,8 @@ def _check_fields(req: EmbeddingRequest, plan: EmbeddingPlan) -> None:
         )
 
 
-def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan) -> PreparedEmbedding:
+def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan,
+               truncate: bool) -> PreparedEmbedding:
     items: Sequence[str | list[int]] = req.inputs
     single = req.single
     limit = plan.n_ctx
@@ -65,17 +66,23 @@ def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan) -> Pr
         if isinstance(item, str):
             # Sizes first: text that cannot fit is refused before it is tokenized.
             most = limit * engine.max_token_bytes
+            if truncate:
+                item = item[:most]  # more characters cannot fit: cut before tokenizing
             if len(item) > most or len(item.encode("utf-8", errors="surrogatepass")) > most:
                 raise _too_long(param, f"`{param}` is longer than any text that fits the "
                                        f"embedding context of {limit} tokens")
             # Caller text is data: control-token text in it is read as plain text.
             tokens = engine.vocab.tokenize(item, add_special=True, parse_special=False)
         else:
+            if truncate:
+                item = item[:limit]
             if len(item) > limit:
                 raise _too_long(param, f"`{param}` is {len(item)} tokens; this model embeds "
                                        f"at most {limit} tokens per input")
             check_prompt_tokens(item, engine, param)
             tokens = item
+        if truncate:
+            tokens = tokens[:limit]
         if len(tokens) > limit:
             raise _too_long(param, f"`{param}` is {len(tokens)} tokens; this model embeds "
                                    f"at most {limit} tokens per input")
@@ -87,13 +94,16 @@ def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan) -> Pr
     return PreparedEmbedding(inputs, total)
 
 
-def prepare(req: EmbeddingRequest, engine: Engine) -> tuple[PreparedEmbedding, EmbeddingJob]:
+def prepare(req: EmbeddingRequest, engine: Engine, truncate: bool = False
+            ) -> tuple[PreparedEmbedding, EmbeddingJob]:
     """Checks, tokenizes and queues the inputs. CPU-bound (the tokenizer; the embedding
-    context is created by the model's first request), so it runs off the event loop."""
+    context is created by the model's first request), so it runs off the event loop.
+    `truncate`: inputs longer than the embedding context are cut to it (Ollama's
+    default), rather than refused."""
     try:
         plan = engine.embedding_plan()
         _check_fields(req, plan)
-        prepared = _tokenized(req, engine, plan)
+        prepared = _tokenized(req, engine, plan, truncate)
         job = engine.embedder().submit(prepared.inputs)
     except EmbeddingsUnsupported as exc:
         raise APIError(400, str(exc), param="model", code=exc.code) from exc
@@ -128,21 +138,28 @@ async def _disconnected(http: Request) -> None:
 
 class EmbeddingsServing:
     async def create(self, req: EmbeddingRequest, engine: Engine, http: Request) -> Response:
-        prepared, job = await off_loop(prepare, req, engine)
-        result = asyncio.wrap_future(job.future)
-        watcher = asyncio.create_task(_disconnected(http))
-        try:
-            waiters: set[asyncio.Future[Any]] = {result, watcher}
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            if not result.done():  # the client left: drop what is not decoded yet
-                raise from_engine_error(EngineCancelled())
-            try:
-                vectors = result.result()
-            except EngineError as exc:
-                raise from_engine_error(exc) from exc
-        finally:
-            watcher.cancel()
-            job.future.cancel()  # no-op once done
-            result.cancel()
+        prepared, vectors = await embed(req, engine, http)
         body = await off_loop(_render, req, engine.model_id, vectors, prepared.tokens)
         return Response(body, media_type="application/json")
+
+
+async def embed(req: EmbeddingRequest, engine: Engine, http: Request, *, truncate: bool = False
+                ) -> tuple[PreparedEmbedding, list[np.ndarray]]:
+    """The inputs' vectors, in order; the work is dropped if the client leaves."""
+    prepared, job = await off_loop(prepare, req, engine, truncate)
+    result = asyncio.wrap_future(job.future)
+    watcher = asyncio.create_task(_disconnected(http))
+    try:
+        waiters: set[asyncio.Future[Any]] = {result, watcher}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if not result.done():  # the client left: drop what is not decoded yet
+            raise from_engine_error(EngineCancelled())
+        try:
+            vectors = result.result()
+        except EngineError as exc:
+            raise from_engine_error(exc) from exc
+    finally:
+        watcher.cancel()
+        job.future.cancel()  # no-op once done
+        result.cancel()
+    return prepared, vectors

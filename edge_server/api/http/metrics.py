@@ -156,7 +156,12 @@ class RequestCounter:
 
 
 _KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models",
-                "/health", "/metrics", "/tokenize", "/detokenize", "/openapi.json"}
+                "/health", "/metrics", "/tokenize", "/detokenize", "/openapi.json",
+                "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                # Ollama's API
+                "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/tags",
+                "/api/show", "/api/ps", "/api/version", "/api/pull", "/api/copy",
+                "/api/delete", "/api/create", "/api/push"}
 
 
 def metrics_route(metrics: Metrics) -> Route:

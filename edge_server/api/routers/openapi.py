@@ -8,6 +8,7 @@ out of the document (and fails the test that compares it with the routes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from ..messages.protocol import (
     MessagesRequest,
     MessagesResponse,
 )
+from ..ollama import protocol as ollama
 from ..responses.protocol import ResponseObject, ResponsesRequest
 from .models import HealthResponse, ModelCard, ModelList
 from .tokenize import DetokenizeRequest, TokenizeRequest
@@ -61,9 +63,11 @@ class Operation:
     open: bool = False  # served without an API key
     error: type[BaseModel] = ErrorResponse  # the shape of its error answers
     events: str = "With `stream: true`: `data: {chunk}` events, then `data: [DONE]`"
+    stream_type: str = "text/event-stream"
 
 
 _MODEL_ERRORS = (400, 404, 413, 429, 503)
+_NDJSON = "application/x-ndjson"
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/v1/completions"): Operation(
         "createCompletion", "Text completion of one or more prompts", CompletionRequest,
@@ -98,6 +102,43 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "countMessageTokens", "Anthropic Messages API: prompt tokens a message request "
         "would evaluate", CountTokensRequest, CountTokensResponse, errors=_MODEL_ERRORS,
         error=AnthropicErrorResponse),
+    **{key: dataclasses.replace(op, error=ollama.OllamaError, stream_type=_NDJSON, events=(
+        "Unless `stream: false`: one JSON object per line, the last with `done: true`"))
+       for key, op in {
+        ("GET", "/api/version"): Operation("ollamaVersion", "Ollama: the API version spoken",
+                                           response=ollama.VersionResponse),
+        ("GET", "/api/tags"): Operation("ollamaTags", "Ollama: the models present",
+                                        response=ollama.TagsResponse),
+        ("GET", "/api/ps"): Operation("ollamaRunning", "Ollama: the models loaded",
+                                      response=ollama.RunningResponse),
+        ("POST", "/api/show"): Operation("ollamaShow", "Ollama: one model's details",
+                                         ollama.ModelRequest, ollama.ShowResponse,
+                                         errors=(400, 404)),
+        ("POST", "/api/chat"): Operation("ollamaChat", "Ollama: the next chat message",
+                                         ollama.ChatRequest, ollama.ChatResponse, streams=True,
+                                         errors=_MODEL_ERRORS),
+        ("POST", "/api/generate"): Operation("ollamaGenerate", "Ollama: a completion",
+                                             ollama.GenerateRequest, ollama.GenerateResponse,
+                                             streams=True, errors=_MODEL_ERRORS),
+        ("POST", "/api/embed"): Operation("ollamaEmbed", "Ollama: embeddings of inputs",
+                                          ollama.EmbedRequest, ollama.EmbedResponse,
+                                          errors=_MODEL_ERRORS),
+        ("POST", "/api/embeddings"): Operation(
+            "ollamaEmbeddings", "Ollama (legacy): the embedding of a prompt",
+            ollama.EmbeddingsRequest, ollama.EmbeddingsResponse, errors=_MODEL_ERRORS),
+        ("POST", "/api/pull"): Operation("ollamaPull", "Ollama: download a model, with "
+                                         "progress", ollama.PullRequest,
+                                         ollama.ProgressResponse, streams=True,
+                                         errors=(400, 404, 502)),
+        ("POST", "/api/copy"): Operation("ollamaCopy", "Ollama: another name for a model",
+                                         ollama.CopyRequest, errors=(400, 404)),
+        ("DELETE", "/api/delete"): Operation("ollamaDelete", "Ollama: remove a copied name "
+                                             "or a pulled model's file", ollama.ModelRequest,
+                                             errors=(400, 403, 404, 409)),
+        ("POST", "/api/create"): Operation("ollamaCreate", "Ollama: refused (400)",
+                                           errors=(400,)),
+        ("POST", "/api/push"): Operation("ollamaPush", "Ollama: refused (400)", errors=(400,)),
+    }.items()},
     ("GET", "/health"): Operation(
         "health", "200 once the default model serves; 503 while it loads, failed or stalled",
         response=HealthResponse, errors=(503,), open=True),
@@ -142,7 +183,7 @@ def _operation(op: Operation, refs: dict[Any, Any], params: list[str],
         ok = {op.media_type: {"schema": {"type": "object"} if "json" in op.media_type
                               else {"type": "string"}}}
     if op.streams:
-        ok["text/event-stream"] = {"schema": {
+        ok[op.stream_type] = {"schema": {
             "type": "string",
             "description": op.events,
         }}
@@ -153,7 +194,8 @@ def _operation(op: Operation, refs: dict[Any, Any], params: list[str],
         responses[str(status)] = {"description": text, "content": content}
     if secured and not op.open:
         responses["401"] = {"description": "Missing or wrong API key", "content": error_body}
-    shape = "Anthropic's" if op.error is AnthropicErrorResponse else "OpenAI's"
+    shape = {AnthropicErrorResponse: "Anthropic's", ollama.OllamaError: "Ollama's"}.get(
+        op.error, "OpenAI's")
     responses["default"] = {"description": f"An error in {shape} shape", "content": error_body}
     out: dict[str, Any] = {"operationId": op.id, "summary": op.summary, "responses": responses}
     if params:

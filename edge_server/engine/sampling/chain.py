@@ -23,8 +23,11 @@ class SamplingParams:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] = field(default_factory=dict)
-    mirostat_target: float | None = None  # mirostat v2 tau
-    mirostat_lr: float | None = None  # mirostat v2 eta
+    mirostat_target: float | None = None  # mirostat tau
+    mirostat_lr: float | None = None  # mirostat eta
+    mirostat_version: int = 2  # 1 or 2 (Ollama's `mirostat` option chooses)
+    typical_p: float = 1.0  # locally typical sampling; 1.0: off
+    penalty_last_n: int = -1  # tokens the penalties look back over; -1: the whole context
     ignore_eos: bool = False
     grammar: str | None = None  # GBNF, root rule "root"
 
@@ -102,7 +105,7 @@ class SamplerChain:
             self._penalties = self._add(
                 lc.llama_sampler_init_penalties(
                     vocab.n_tokens,
-                    n_ctx,
+                    n_ctx if p.penalty_last_n < 0 else p.penalty_last_n,
                     p.repetition_penalty,
                     p.frequency_penalty,
                     p.presence_penalty,
@@ -115,10 +118,16 @@ class SamplerChain:
             tau = 1.5 if p.mirostat_target is None else p.mirostat_target
             eta = 0.1 if p.mirostat_lr is None else p.mirostat_lr
             self._add(lc.llama_sampler_init_temp(p.temperature))
-            self._add(lc.llama_sampler_init_mirostat_v2(seed, tau, eta))
+            if p.mirostat_version == 1:
+                # m = 100: the candidates mirostat v1 estimates s_hat from (its paper's value).
+                self._add(lc.llama_sampler_init_mirostat(vocab.n_tokens, seed, tau, eta, 100))
+            else:
+                self._add(lc.llama_sampler_init_mirostat_v2(seed, tau, eta))
             return
         if p.top_k > 0:
             self._add(lc.llama_sampler_init_top_k(p.top_k))
+        if p.typical_p < 1.0:
+            self._add(lc.llama_sampler_init_typical(p.typical_p, 1))
         if p.top_p < 1.0:
             self._add(lc.llama_sampler_init_top_p(p.top_p, 1))
         if p.min_p > 0.0:

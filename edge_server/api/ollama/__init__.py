@@ -1,0 +1,16 @@
+"""Ollama's native API (/api/*) on the same engine, pool and chat path as the OpenAI
+doors, so that apps speaking only Ollama work unchanged.
+
+    api_router   the routes
+    protocol     request schemas (pydantic)
+    options      `options` onto the samplers; `keep_alive` durations
+    names        `name:tag` model names onto the pool's names
+    translate    chat and generate requests as the chat / raw requests they mean
+    serving      /api/chat and /api/generate: prepared, run, answered
+    streaming    an answer as Ollama's objects, NDJSON streams, the final durations
+    embed        /api/embed and /api/embeddings over the embeddings door
+    models       /api/tags, show, ps, version, copy, delete (and what is refused)
+    gguf_info    details and model_info read from a GGUF file; its digest, kept
+    pull         /api/pull with Ollama's progress objects
+    error_shape  every error on /api/* as {"error": "..."}
+"""

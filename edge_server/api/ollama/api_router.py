@@ -1,0 +1,107 @@
+"""HTTP routes of Ollama's API (/api/*)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ...engine import Engine
+from ..http.dependencies import acquire, parse_body, pool, serve_with_model
+from . import models, names
+from .embed import EmbedServing
+from .options import keep_alive_seconds
+from .protocol import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
+from .pull import pull
+from .serving import OllamaServing
+from .streaming import Clock, created_at
+
+_serving = OllamaServing()
+_embedding = EmbedServing()
+
+
+async def _with_model(request: Request, model: str, keep_alive: float | str | None,
+                      serve: Callable[[Engine, Clock], Awaitable[Response]]) -> Response:
+    """Runs `serve` on the model's engine (loaded if need be); the model then stays for
+    the request's keep_alive (the server's default when absent)."""
+    clock = Clock()
+    seconds = keep_alive_seconds(keep_alive)
+    models_ = pool(request)
+    name = names.pool_name(models_, model)
+
+    async def serving(engine: Engine) -> Response:
+        clock.mark_loaded()
+        models_.set_keep_alive(engine.model_id, seconds)
+        return await serve(engine, clock)
+
+    return await serve_with_model(request, name, serving)
+
+
+async def _load_or_unload(request: Request, model: str, keep_alive: float | str | None,
+                          chat: bool) -> Response:
+    """An empty chat or prompt loads the model, or with keep_alive 0 unloads it."""
+    models_ = pool(request)
+    name = names.pool_name(models_, model)
+    seconds = keep_alive_seconds(keep_alive)
+    if seconds == 0:
+        model_id = models_.spec(name).id
+        models_.set_keep_alive(model_id, 0)
+        await models_.unload_when_idle(model_id, wait=5.0)
+        reason = "unload"
+    else:
+        lease = await acquire(request, name)  # loads it if need be
+        models_.set_keep_alive(lease.model_id, seconds)
+        lease.release()
+        reason = "load"
+    body: dict[str, Any] = {"model": model, "created_at": created_at()}
+    body |= {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
+    return JSONResponse({**body, "done": True, "done_reason": reason})
+
+
+async def chat(request: Request) -> Response:
+    body = await parse_body(request, ChatRequest)
+    if not body.messages:
+        return await _load_or_unload(request, body.model, body.keep_alive, chat=True)
+    return await _with_model(request, body.model, body.keep_alive,
+                             lambda engine, clock: _serving.chat(body, engine, request, clock))
+
+
+async def generate(request: Request) -> Response:
+    body = await parse_body(request, GenerateRequest)
+    if not body.prompt and not body.images and body.suffix is None:
+        return await _load_or_unload(request, body.model, body.keep_alive, chat=False)
+    return await _with_model(request, body.model, body.keep_alive,
+                             lambda engine, clock: _serving.generate(body, engine, request,
+                                                                     clock))
+
+
+async def embed(request: Request) -> Response:
+    body = await parse_body(request, EmbedRequest)
+    return await _with_model(request, body.model, body.keep_alive,
+                             lambda engine, clock: _embedding.embed(body, engine, request, clock))
+
+
+async def embeddings(request: Request) -> Response:
+    body = await parse_body(request, EmbeddingsRequest)
+    return await _with_model(request, body.model, body.keep_alive,
+                             lambda engine, _: _embedding.embeddings(body, engine, request))
+
+
+routes = [
+    Route("/api/version", models.version, methods=["GET"]),
+    Route("/api/tags", models.list_tags, methods=["GET"]),
+    Route("/api/ps", models.running, methods=["GET"]),
+    Route("/api/show", models.show, methods=["POST"]),
+    Route("/api/chat", chat, methods=["POST"]),
+    Route("/api/generate", generate, methods=["POST"]),
+    Route("/api/embed", embed, methods=["POST"]),
+    Route("/api/embeddings", embeddings, methods=["POST"]),
+    Route("/api/pull", pull, methods=["POST"]),
+    Route("/api/copy", models.copy, methods=["POST"]),
+    Route("/api/delete", models.delete, methods=["DELETE"]),
+    Route("/api/create", models.refuse_create, methods=["POST"]),
+    Route("/api/push", models.refuse_push, methods=["POST"]),
+]

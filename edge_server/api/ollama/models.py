@@ -1,0 +1,184 @@
+"""Ollama's model management on the pool and the models directory: /api/tags, /api/show,
+/api/ps, /api/version, /api/copy, /api/delete; /api/create and /api/push are refused.
+
+Names made by /api/copy live as long as the process (the registry file is the operator's
+and is never written). /api/delete removes a copied name, or the file of a model pulled
+into the models directory; the embedded model and files the registry points at elsewhere
+are the operator's and are not deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...model_pool import ModelPool, ModelSpec
+from ...model_store import ModelStore
+from ..http.dependencies import off_loop, parse_body, pool
+from ..http.errors import APIError, invalid
+from . import names
+from .gguf_info import FACTS
+from .options import DEFAULTS
+from .protocol import CopyRequest, ModelRequest
+
+# The Ollama release whose API this server speaks: clients check it for features.
+OLLAMA_VERSION = "0.12.6"
+
+
+def _time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _model_entry(spec: ModelSpec, name: str) -> dict[str, Any]:
+    """A model as /api/tags lists it (blocking: reads the file's header and digest)."""
+    assert spec.path is not None
+    return {
+        "name": names.tagged(name),
+        "model": names.tagged(name),
+        "modified_at": _time(spec.path.stat().st_mtime),
+        "size": spec.path.stat().st_size,
+        "digest": FACTS.digest(spec.path),
+        "details": FACTS.info(spec.path).details,
+    }
+
+
+def _listed_names(models: ModelPool, spec: ModelSpec) -> list[str]:
+    """A model's id, and the names /api/copy gave it (as Ollama lists each copy)."""
+    return [spec.id, *(a for a in spec.aliases if a in models.runtime_names)]
+
+
+def _tags(models: ModelPool) -> dict[str, Any]:
+    entries = []
+    for spec in list(models.specs):
+        if spec.path is None or not spec.path.is_file():
+            continue
+        entries += [_model_entry(spec, name) for name in _listed_names(models, spec)]
+    return {"models": entries}
+
+
+async def list_tags(request: Request) -> Response:
+    return JSONResponse(await off_loop(_tags, pool(request)))
+
+
+async def version(_: Request) -> Response:
+    return JSONResponse({"version": OLLAMA_VERSION})
+
+
+def _parameters() -> str:
+    """The options a request that gives none samples with (Ollama's defaults)."""
+    return "\n".join(f"{key:<30} {value}" for key, value in DEFAULTS.items())
+
+
+def _capabilities(models: ModelPool, spec: ModelSpec, template: str) -> list[str]:
+    capabilities = ["completion", "tools"]  # tools: the template's, or a generic prompt
+    if "image" in spec.modalities():
+        capabilities.append("vision")
+    if "enable_thinking" in template or "<think>" in template:
+        capabilities.append("thinking")
+    return capabilities
+
+
+def _show(models: ModelPool, spec: ModelSpec, verbose: bool) -> dict[str, Any]:
+    if spec.path is None or not spec.path.is_file():
+        raise names.not_found(spec.id)
+    info = FACTS.info(spec.path)
+    template = spec.settings.chat_template or info.chat_template or ""
+    return {
+        "modelfile": f"# Served by edge_server\nFROM {spec.id}\n",
+        "parameters": _parameters(),
+        "template": template,
+        "license": str(info.model_info.get("general.license", "")),
+        "details": info.details,
+        "model_info": FACTS.show_info(spec.path, verbose),
+        "capabilities": _capabilities(models, spec, template),
+        "modified_at": _time(spec.path.stat().st_mtime),
+    }
+
+
+async def show(request: Request) -> Response:
+    body = await parse_body(request, ModelRequest)
+    models = pool(request)
+    spec = names.spec_of(models, body.model)
+    return JSONResponse(await off_loop(_show, models, spec, bool(body.verbose)))
+
+
+def _running(models: ModelPool) -> dict[str, Any]:
+    entries = []
+    for spec in list(models.specs):
+        if not models.is_loaded(spec.id) or spec.path is None:
+            continue
+        left = models.expires_in(spec.id)
+        # Ollama writes a far-off date for a model kept loaded for good.
+        expires = time.time() + (left if left is not None else 100 * 365 * 86400)
+        engine = models.loaded_engine(spec.id)
+        entry = _model_entry(spec, spec.id)
+        entries.append({**entry, "size": models.loaded_bytes(spec.id), "size_vram": 0,
+                        "expires_at": _time(expires),
+                        # What one request may use: prompt plus answer.
+                        "context_length": engine.n_ctx if engine is not None else 0})
+    return {"models": entries}
+
+
+async def running(request: Request) -> Response:
+    return JSONResponse(await off_loop(_running, pool(request)))
+
+
+async def copy(request: Request) -> Response:
+    body = await parse_body(request, CopyRequest)
+    models = pool(request)
+    source = names.pool_name(models, body.source)
+    destination = body.destination.removesuffix(names.LATEST)
+    try:
+        models.add_name(source, destination)
+    except ValueError as exc:
+        raise invalid("destination", f"destination \"{body.destination[:256]}\" already "
+                      "names a model") from exc
+    return Response(status_code=200)
+
+
+def _deletable_file(store: ModelStore | None, spec: ModelSpec) -> Path | None:
+    """The model's file where it was pulled into the models directory, else None."""
+    if store is None or spec.path is None:
+        return None
+    try:
+        spec.path.resolve().relative_to(store.models_dir.resolve())
+    except ValueError:
+        return None
+    return spec.path
+
+
+async def delete(request: Request) -> Response:
+    body = await parse_body(request, ModelRequest)
+    models = pool(request)
+    name = names.pool_name(models, body.model)
+    if name in models.runtime_names:
+        models.remove_name(name)
+        return Response(status_code=200)
+    spec = models.spec(name)
+    path = _deletable_file(getattr(request.app.state, "store", None), spec)
+    if path is None:
+        raise APIError(403, f"model \"{body.model[:256]}\" is not in the models directory "
+                       "(the embedded model, or a file the registry names): it is not deleted",
+                       param="model", code="permission_denied")
+    await models.unload_when_idle(spec.id, wait=5.0)
+    if models.is_loaded(spec.id):
+        raise APIError(409, f"model \"{body.model[:256]}\" is serving requests; retry "
+                       "when they are done", param="model", code="model_in_use")
+    path.unlink(missing_ok=True)
+    models.set_file(spec.id, None, f"model `{spec.id}` was deleted; pull it again")
+    return Response(status_code=200)
+
+
+async def refuse_create(request: Request) -> Response:
+    raise APIError(400, "creating models is not supported by this server: add the GGUF file "
+                   "to the model registry instead", code="unsupported_endpoint")
+
+
+async def refuse_push(request: Request) -> Response:
+    raise APIError(400, "pushing models is not supported by this server: it serves models, "
+                   "it does not publish them", code="unsupported_endpoint")

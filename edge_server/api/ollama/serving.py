@@ -1,0 +1,162 @@
+"""POST /api/chat and /api/generate: the request made a chat request (translate) and
+prepared exactly as chat completions are, or for raw / `template` / `suffix` generate
+requests a text prompt; run on the engine; the answer read through the same
+ChoiceOutput and sent as Ollama's objects (streaming.Answer)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...engine import Engine, GenerationRequest
+from ...engine.request import ImageSpan, RequestHandle
+from ..chat.choice_output import ChoiceOutput
+from ..chat.serving import prepare as prepare_chat_completion
+from ..common.prompt_bounds import too_long
+from ..common.protocol import SamplingRequest
+from ..common.serving import (
+    cancel_on_disconnect,
+    check_prompt_tokens,
+    sampling_params,
+    stream_deltas,
+    submit,
+    wait_started,
+)
+from ..http.dependencies import off_loop
+from ..http.errors import APIError, invalid
+from . import options as opts
+from .protocol import ChatRequest, GenerateRequest
+from .streaming import Answer, Clock, NDJSONStream, line, with_error_line
+from .translate import Names, chat_request, generate_chat_request, response_format, text_prompt
+
+
+@dataclass
+class Prepared:
+    request: GenerationRequest
+    output: ChoiceOutput
+    context: list[int] | None  # generate: the prompt's tokens, given back as `context`
+
+
+def _finish(request: GenerationRequest, sampling: opts.Sampling, engine: Engine) -> None:
+    """What the chat request cannot say: Ollama's stop list (longer than OpenAI's), the
+    samplers it lacks, and the token budget (num_predict within num_ctx)."""
+    request.stop = sampling.stop
+    request.sampling = dataclasses.replace(request.sampling, **sampling.engine_fields)
+    n_ctx = engine.n_ctx if sampling.num_ctx is None else min(sampling.num_ctx, engine.n_ctx)
+    room = n_ctx - len(request.prompt_tokens)
+    if room < 1:
+        param = "options.num_ctx" if n_ctx < engine.n_ctx else "prompt"
+        raise too_long(param, f"The prompt is {len(request.prompt_tokens)} tokens, which does "
+                       f"not fit the context of {n_ctx} tokens.")
+    wanted = sampling.num_predict
+    request.max_tokens = room if wanted is None else min(wanted, room)
+
+
+def prepare_chat(req: ChatRequest, engine: Engine) -> Prepared:
+    """Checks, grammars, the rendered and tokenized prompt; CPU-bound, off the loop."""
+    names = Names()
+    try:
+        sampling = opts.sampling(req.options)
+        prepared = prepare_chat_completion(chat_request(req, sampling, names), engine)
+        _finish(prepared.request, sampling, engine)
+    except APIError as exc:
+        raise names.rename(exc) from exc
+    return Prepared(prepared.request, prepared.plan.outputs(1)[0], None)
+
+
+def _text_generation(req: GenerateRequest, engine: Engine, sampling: opts.Sampling
+                     ) -> tuple[GenerationRequest, ChoiceOutput]:
+    tokens = text_prompt(req, engine)
+    try:
+        fields = SamplingRequest.model_validate(
+            {"model": req.model, "response_format": response_format(req.format),
+             **sampling.chat_fields})
+    except ValidationError as exc:
+        raise invalid("format", "`format` must be \"json\" or a JSON schema") from exc
+    request = GenerationRequest(
+        prompt_tokens=tokens, max_tokens=1, sampling=sampling_params(fields, engine),
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+    return request, ChoiceOutput(split_reasoning=False, reasoning_opened=False, tools=None)
+
+
+def _with_context(request: GenerationRequest, context: list[int], engine: Engine) -> None:
+    """A previous answer's `context` goes before the new prompt (without a second BOS)."""
+    if len(context) > engine.n_ctx:
+        raise too_long("context", f"`context` is {len(context)} tokens; the context holds "
+                       f"{engine.n_ctx}")
+    check_prompt_tokens(context, engine, "context")
+    tokens = request.prompt_tokens
+    if tokens and tokens[0] == engine.vocab.bos and engine.vocab.bos >= 0:
+        tokens = tokens[1:]
+        request.images = [ImageSpan(s.start - 1, s.chunk) for s in request.images]
+    request.prompt_tokens = context + tokens
+    request.images = [ImageSpan(s.start + len(context), s.chunk) for s in request.images]
+
+
+def prepare_generate(req: GenerateRequest, engine: Engine) -> Prepared:
+    names = Names(default="prompt")
+    try:
+        sampling = opts.sampling(req.options)
+        if req.raw or req.template is not None or req.suffix is not None:
+            request, output = _text_generation(req, engine, sampling)
+        else:
+            prepared = prepare_chat_completion(generate_chat_request(req, sampling, names),
+                                               engine)
+            request, output = prepared.request, prepared.plan.outputs(1)[0]
+        if req.context:
+            _with_context(request, req.context, engine)
+        _finish(request, sampling, engine)
+    except APIError as exc:
+        raise names.rename(exc) from exc
+    # Raw prompts give no context back (Ollama's rule: the caller keeps its own).
+    return Prepared(request, output, None if req.raw else list(request.prompt_tokens))
+
+
+async def _objects(answer: Answer, handle: RequestHandle, clock: Clock,
+                   context: list[int] | None, http: Request) -> AsyncIterator[str]:
+    async with cancel_on_disconnect(http, [handle]):
+        async for delta in stream_deltas(handle):
+            clock.saw_token()
+            obj = answer.feed(delta)
+            if obj is not None:
+                yield line(obj)
+        yield line(answer.final(whole=False, durations=clock.durations(handle.usage),
+                                context=context))
+
+
+async def run(prepared: Prepared, answer: Answer, engine: Engine, http: Request,
+              clock: Clock, *, stream: bool) -> Response:
+    handle = submit(engine, prepared.request)
+    clock.mark_submitted()
+    if stream:
+        await wait_started(http, [handle])
+        lines = _objects(answer, handle, clock, prepared.context, http)
+        return NDJSONStream(with_error_line(lines), [handle])
+    async with cancel_on_disconnect(http, [handle]):
+        async for delta in stream_deltas(handle):
+            clock.saw_token()
+            answer.feed(delta)
+    body = answer.final(whole=True, durations=clock.durations(handle.usage),
+                        context=prepared.context)
+    return JSONResponse(body)
+
+
+class OllamaServing:
+    async def chat(self, req: ChatRequest, engine: Engine, http: Request,
+                   clock: Clock) -> Response:
+        prepared = await off_loop(prepare_chat, req, engine)
+        answer = Answer(chat=True, model=req.model, output=prepared.output,
+                        vocab=engine.vocab, logprobs=bool(req.logprobs))
+        return await run(prepared, answer, engine, http, clock, stream=req.stream is not False)
+
+    async def generate(self, req: GenerateRequest, engine: Engine, http: Request,
+                       clock: Clock) -> Response:
+        prepared = await off_loop(prepare_generate, req, engine)
+        answer = Answer(chat=False, model=req.model, output=prepared.output,
+                        vocab=engine.vocab, logprobs=bool(req.logprobs))
+        return await run(prepared, answer, engine, http, clock, stream=req.stream is not False)
