@@ -48,6 +48,7 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 # stack far deeper than any bounded grammar needs (virtual memory, touched on demand).
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
 DEFAULT_DRAFT_MAX = 4
+_READY_TIMEOUT_S = 60.0  # start() waits this long at most for the engine thread
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Scheduler:
         self.step_cost = StepCost.fixed_model(STEP_COST_IN_ROWS)
         self._step_cost_file = step_cost_file
         self._thread: threading.Thread | None = None
+        self._ready = threading.Event()  # set once the engine thread serves
         # Watchdog: when the current step began (None between steps).
         self.step_started: float | None = None
         # Called on the engine thread for each finished request (metrics).
@@ -105,6 +107,9 @@ class Scheduler:
             self._thread.start()
         finally:
             threading.stack_size(previous)
+        # The model is not reported loaded while the step cost is measured (at most its
+        # time budget, once per machine): requests meanwhile would queue, and time out.
+        self._ready.wait(timeout=_READY_TIMEOUT_S)
 
     def stop(self) -> None:
         for handle in self._waiting.close():
@@ -168,6 +173,7 @@ class Scheduler:
                 measured = None
             if measured is not None:
                 self.step_cost = measured
+        self._ready.set()
         while self._waiting.wait_for_work(bool(self._jobs)):
             self.step_started = time.monotonic()
             try:
