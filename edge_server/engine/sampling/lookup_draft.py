@@ -3,9 +3,9 @@ earlier occurrence of a sequence's newest n-gram, in its prompt or its own outpu
 
 A drafted token costs a batch row. The step verifies it by sampling that row's logits
 with the choice's own sampler, in order, and keeps drafts while each sampled token equals
-the draft (scheduler.py). Sampling a draft's position draws exactly what decoding one token
-at a time would draw there (same sampler, same state, same random stream), so outputs are
-unchanged; only the number of `llama_decode` calls falls.
+the draft (scheduler.py). Sampling a draft's position uses the sampler, state and random
+stream that decoding one token at a time would use there; what differs is the logits
+(see Numerics below), and the number of `llama_decode` calls, which falls.
 
 Whether drafting pays depends on the text (small models loop, code edits repeat the
 prompt) and on the batch. llama.cpp runs a multi-sequence batch as one graph only while
