@@ -10,6 +10,7 @@ import argparse
 import random
 import statistics
 
+import httpx
 from bench_compare import Series, alternate, burst, fresh_tag
 from bench_servers import ServerProcess
 
@@ -76,3 +77,8 @@ def mode_code_edit(args: argparse.Namespace, servers: list[ServerProcess]) -> No
     for name, counts in produced.rounds.items():
         print(f"  {name}: tokens per answer {statistics.median(counts):.0f} "
               f"(rounds: {', '.join(str(int(c)) for c in counts)})")
+    for server in servers:
+        if server.name.startswith("edge_server"):
+            stats = httpx.get(f"{server.url}/health").json()["models"]["bench"]
+            print(f"  {server.name} lookup drafts: {stats['draft_tokens_accepted']} kept of "
+                  f"{stats['draft_tokens']} drafted")

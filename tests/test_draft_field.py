@@ -44,6 +44,8 @@ def forced_loop(server: RunningServer, path: str, **extra: object) -> dict:
 
 @pytest.mark.parametrize("path", ["completions", "chat/completions"])
 def test_draft_false_decodes_one_row_at_a_time(server: RunningServer, path: str) -> None:
+    if "decode step cost not measured" in server.log_text():
+        pytest.skip("this machine was too busy to time decode steps: no drafting this run")
     before = draft_counts(server)
     drafted = forced_loop(server, path)
     after_default = draft_counts(server)
@@ -127,12 +129,12 @@ def test_messages_door_refuses_a_bad_draft_in_its_own_shape(server: RunningServe
 
 
 def test_step_cost_is_kept_beside_the_prompt_caches(server: RunningServer) -> None:
-    """Measured at the first start on this machine (or the fixed model where it could not
-    finish in its time budget), then read from disk: the same numbers every start."""
+    """Measured at the first start on this machine (where it finishes in its time budget),
+    then read from disk: the same numbers every start."""
     kept = list(server.log_path.parent.rglob("step-cost-*.json"))
     log = server.log_text()
-    if not kept:  # too busy a machine: the fixed model serves, and nothing is stored
-        assert "decode step cost measured" not in log
+    if not kept:  # too busy a machine: no drafting this run, and nothing is stored
+        assert "decode step cost not measured" in log
         return
     assert len(kept) == 1 and kept[0].parent.name == "prompt-cache"
     cost = json.loads(kept[0].read_text())

@@ -173,6 +173,11 @@ class Scheduler:
                 measured = None
             if measured is not None:
                 self.step_cost = measured
+            elif self._step_cost_file is not None:
+                # Unmeasured, a guessed cost could make drafting lose: none this run.
+                log.warning("decode step cost not measured (machine too busy?): lookup "
+                            "drafting off until the next start")
+                self.draft_max = 0
         self._ready.set()
         while self._waiting.wait_for_work(bool(self._jobs)):
             self.step_started = time.monotonic()

@@ -4,7 +4,8 @@ Lookup drafting adds rows to a step; whether that pays depends on how a step's t
 grows with its rows, which differs between CPUs (a fixed share of a step on one 2-core
 box is a small one on a wider CPU), builds and models. So the engine times steps of 1
 and of several sequences with 1, 2, 3 and 5 rows each, fits time = fixed + per_row * rows
-for each (the fastest of four timings per shape: other processes only add time), and
+for each (the fastest of four timings per shape, in CPU time of the engine thread:
+other processes only add time, and their time slices are not counted), and
 keeps the four numbers in a small JSON file next to the saved prompt
 caches, keyed by the model file, the llama.cpp build, the CPU and the thread count.
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 _PREFIX_TOKENS = 32  # context each timed sequence already holds
 _ROWS_PER_SEQUENCE = (1, 2, 3, 5)  # a step without drafts, and with 1, 2 and 4
 _REPEATS = 4  # timings of each shape; the fastest is kept (noise only adds time)
-_BUDGET_SECONDS = 10.0  # a machine too busy to finish by then keeps the fixed model
+_BUDGET_SECONDS = 20.0  # a machine too busy to finish by then does not draft this run
 _MANY = 8  # the "several sequences" point, or fewer where the model has fewer slots
 
 
@@ -86,7 +87,8 @@ def cost_file(directory: Path, build_and_model: str, threads: int, sequences: in
 
 def load_or_measure(model: LlamaModel, path: Path | None) -> StepCost | None:
     """The stored cost at `path`, else a fresh measurement (stored there when a path is
-    given); None when the model cannot be timed (too few cells per sequence)."""
+    given); None when the model cannot be timed (too few cells per sequence, or the
+    machine too busy to finish in _BUDGET_SECONDS)."""
     if path is not None:
         try:
             cost = StepCost(**json.loads(path.read_text()))
@@ -144,10 +146,10 @@ def _fit(model: LlamaModel, sequences: int, deadline: float) -> tuple[float, flo
             for seq in range(sequences):
                 for i in range(rows):
                     batch.add(prefix[0], _PREFIX_TOKENS + i, seq, logits=True)
-            start = time.perf_counter()
+            start = time.thread_time()
             status = batch.decode(model.ctx)
             if repeat:
-                timings[rows].append(time.perf_counter() - start)
+                timings[rows].append(time.thread_time() - start)
             for seq in range(sequences):
                 model.seq_remove(seq, _PREFIX_TOKENS)
             if status != 0 or time.monotonic() > deadline:
