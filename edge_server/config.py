@@ -54,9 +54,11 @@ class ServeOptions:
                                  choices=["on", "off"])
     parallel: int = _opt(8, "requests decoded together in one batch, per model")
     draft_max: int = _opt(-1, "tokens a sequence may draft per step from its own prompt and "
-                          "output (prompt lookup decoding, at most 16): verified by sampling, "
-                          "so outputs are unchanged; a sequence drafts only while its "
-                          "guesses are kept often enough to pay (0: off; default: 4 where "
+                          "output (prompt lookup decoding, at most 16), verified by sampling; "
+                          "drafted rows' logits come from multi-row kernels, so greedy text "
+                          "can part from undrafted decoding after some tokens (a request's "
+                          "`draft: false` avoids it). Steps draft only where this machine's "
+                          "measured step cost says it pays (0: off; default: 4 where "
                           "the model runs on the CPU alone, 0 with a GPU or --rpc)")
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
     queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")

@@ -6,6 +6,8 @@
   python scripts/bench.py load     # 1/4/8 concurrent streams: edge_server vs llama_cpp.server,
                                    # and raw batched decode of 8 sequences in-process
   python scripts/bench.py prefix   # the same 1,000-token system prompt twice: both TTFTs
+  python scripts/bench.py code-edit  # a ~300-token code block asked back with one change,
+                                     # temperature 0 (drafting: --peer-edge "--draft-max 0")
 
 Raw decode runs in this process on llama.cpp's low-level API (same model file, same
 thread count) while the server sits idle, then the server decodes the same number of
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+from bench_code_edit import mode_code_edit
 from bench_compare import MODES, compare
 from bench_servers import LLAMA_SERVER_DEFAULT, ROOT, EdgeServer, repack_flag, resolve_model
 
@@ -177,7 +180,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["single", "json", *MODES], nargs="?", default="single")
+    compared = {**MODES, "code-edit": mode_code_edit}
+    parser.add_argument("mode", choices=["single", "json", *compared], nargs="?",
+                        default="single")
     parser.add_argument("--model", default=None,
                         help="smollm2 (default), gemma3, or a GGUF file")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -185,6 +190,11 @@ def main() -> None:
                         help="tokens per request (default: 256 single/json, 128 load)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", default="1,4,8", help="load: concurrency levels")
+    parser.add_argument("--sampling", choices=["both", "defaults", "shared"], default="both",
+                        help="load: each server's defaults (temperature only), one shared "
+                             "sampler (top_k 40, top_p 0.95, min_p 0.05), or both tables")
+    parser.add_argument("--edit-tokens", type=int, default=330,
+                        help="code-edit: tokens of each answer (about the code block's)")
     parser.add_argument("--parallel", type=int, default=8, help="slots of both servers")
     parser.add_argument("--ctx-size", type=int, default=16384, help="KV cells of both servers")
     parser.add_argument("--system-words", type=int, default=600,
@@ -212,13 +222,14 @@ def main() -> None:
     args.tokens = args.tokens or (128 if args.mode == "load" else 256)
     with tempfile.TemporaryDirectory() as tmp:
         args.workdir = Path(tmp)
-        if args.mode in MODES:
+        if args.mode in compared:
             model = resolve_model(args.model or "smollm2", args.workdir)
             shared = ["--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size)]
             peer = ["-np", str(args.parallel), "-c", str(args.ctx_size), *repack_flag()]
             compare(args, model, [*shared, *shlex.split(args.edge_args)],
                     [*peer, *shlex.split(args.peer_args)],
-                    None if args.peer_edge is None else shlex.split(args.peer_edge), peer_env)
+                    None if args.peer_edge is None else shlex.split(args.peer_edge), peer_env,
+                    compared[args.mode])
         else:
             {"single": bench_single, "json": bench_json}[args.mode](args)
 

@@ -1,7 +1,10 @@
 """edge_server against llama.cpp's llama-server, both up at once, rounds alternating
 between them, medians reported with every round's figure and the ratio.
 
-  load           1/4/8 clients streaming 128 tokens each: tokens/s and TTFT p50
+  load           1/4/8 clients streaming 128 tokens each: tokens/s and TTFT p50, twice:
+                 with each server's defaults (`temperature` alone: edge_server samples
+                 the whole vocabulary, llama-server its top 40) and with one explicit
+                 sampler for both (top_k 40, top_p 0.95, min_p 0.05)
   shared-prefix  8 cold requests with one new 1,000-token system prompt and distinct
                  questions, against one such request alone: wall times
   repeat         4 distinct ~560-token prompts, then the same 4 again: TTFT of the repeats
@@ -33,6 +36,10 @@ WORDS = [
 ]
 # The same sampling on both sides (llama-server's own defaults, spelled out).
 SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+# What an OpenAI client sends: each server fills the rest with its own defaults.
+DEFAULTS = {"temperature": 0.7}
+LOAD_KINDS = {"defaults": ("each server's defaults, temperature 0.7 only", DEFAULTS),
+              "shared": ("one sampler for both: top_k 40, top_p 0.95, min_p 0.05", SAMPLING)}
 
 
 def text_of(n_words: int, rng: random.Random) -> str:
@@ -53,10 +60,10 @@ class Result:
 
 
 async def stream_once(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int,
-                      seed: int) -> Result:
+                      seed: int, sampling: dict, ignore_eos: bool = True) -> Result:
     body = {"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-            "ignore_eos": True, "seed": seed, "stream_options": {"include_usage": True},
-            **SAMPLING}
+            "ignore_eos": ignore_eos, "seed": seed, "stream_options": {"include_usage": True},
+            **sampling}
     start = time.perf_counter()
     first, tokens, cached, prompt_tokens = None, 0, None, None
     async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
@@ -78,13 +85,15 @@ async def stream_once(client: httpx.AsyncClient, url: str, prompt: str, max_toke
     return Result(first if first is not None else wall, tokens, wall, cached, prompt_tokens)
 
 
-def burst(url: str, prompts: list[str], max_tokens: int) -> tuple[float, list[Result]]:
+def burst(url: str, prompts: list[str], max_tokens: int, sampling: dict | None = None,
+          ignore_eos: bool = True) -> tuple[float, list[Result]]:
     async def main() -> tuple[float, list[Result]]:
         limits = httpx.Limits(max_connections=len(prompts) + 4)
         async with httpx.AsyncClient(timeout=900, limits=limits) as client:
             start = time.perf_counter()
-            results = await asyncio.gather(*(stream_once(client, url, p, max_tokens, i)
-                                             for i, p in enumerate(prompts)))
+            results = await asyncio.gather(*(
+                stream_once(client, url, p, max_tokens, i, sampling or SAMPLING, ignore_eos)
+                for i, p in enumerate(prompts)))
             return time.perf_counter() - start, list(results)
     return asyncio.run(main())
 
@@ -125,27 +134,49 @@ def alternate(rounds: int, servers: list[ServerProcess],
 
 def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
     levels = [int(x) for x in args.clients.split(",")]
-    speed, ttft = {n: Series() for n in levels}, {n: Series() for n in levels}
+    kinds = list(LOAD_KINDS) if args.sampling == "both" else [args.sampling]
+    speed = {(k, n): Series() for k in kinds for n in levels}
+    ttft = {(k, n): Series() for k in kinds for n in levels}
     rounds_done: dict[str, int] = {}
 
     def measure(server: ServerProcess) -> None:
         # Round r gives both servers the same words (what a model writes after them, and
         # so how often lookup drafts are kept, varies with them) behind distinct tags.
         r = rounds_done[server.name] = rounds_done.get(server.name, -1) + 1
-        for n in levels:
-            rng = random.Random(1000 * r + n)
-            prompts = [f"[{fresh_tag()}] {text_of(40, rng)}" for _ in range(n)]
-            wall, results = burst(server.url, prompts, args.tokens)
-            speed[n].add(server.name, sum(r.tokens for r in results) / wall)
-            ttft[n].add(server.name, statistics.median(r.ttft for r in results))
+        for k, kind in enumerate(kinds):
+            for n in levels:
+                rng = random.Random(1000 * r + 100 * k + n)
+                prompts = [f"[{fresh_tag()}] {text_of(40, rng)}" for _ in range(n)]
+                wall, results = burst(server.url, prompts, args.tokens, LOAD_KINDS[kind][1])
+                speed[kind, n].add(server.name, sum(r.tokens for r in results) / wall)
+                ttft[kind, n].add(server.name, statistics.median(r.ttft for r in results))
 
     alternate(args.rounds, servers, measure)
-    for n in levels:
-        print(speed[n].line(f"{n} client(s), tokens/s", "tok/s"))
-        print(ttft[n].line(f"{n} client(s), TTFT p50", "s", higher_is_better=False))
+    for kind in kinds:
+        print(f"--- {LOAD_KINDS[kind][0]} ---")
+        for n in levels:
+            print(speed[kind, n].line(f"{n} client(s), tokens/s", "tok/s"))
+            print(ttft[kind, n].line(f"{n} client(s), TTFT p50", "s", higher_is_better=False))
+        print(summary_row(kind, levels, speed, ttft))
     stats = httpx.get(f"{servers[0].url}/health").json()["models"]["bench"]
     print(f"  edge_server lookup drafts: {stats['draft_tokens_accepted']} kept of "
           f"{stats['draft_tokens']} drafted")
+
+
+def summary_row(kind: str, levels: list[int], speed: dict[tuple[str, int], Series],
+                ttft: dict[tuple[str, int], Series]) -> str:
+    """One table row: edge_server's advantage at each client count."""
+    def ratios(table: dict[tuple[str, int], Series], higher: bool) -> str:
+        out = []
+        for n in levels:
+            series = table[kind, n]
+            other = next(name for name in series.rounds if name != "edge_server")
+            ours, theirs = series.median("edge_server"), series.median(other)
+            out.append(f"{(ours / theirs if higher else theirs / ours):.2f}")
+        return " / ".join(out)
+    clients = " / ".join(str(n) for n in levels)
+    return (f"| {kind}: tokens/s, {clients} clients | {ratios(speed, True)} |\n"
+            f"| {kind}: TTFT, {clients} clients | {ratios(ttft, False)} |")
 
 
 def mode_shared_prefix(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
@@ -217,10 +248,13 @@ MODES = {"load": mode_load, "shared-prefix": mode_shared_prefix, "repeat": mode_
 
 def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
             peer_extra: list[str], peer_edge: list[str] | None = None,
-            peer_env: dict[str, str] | None = None) -> None:
+            peer_env: dict[str, str] | None = None,
+            mode: Callable[[argparse.Namespace, list[ServerProcess]], None] | None = None
+            ) -> None:
     """`peer_edge`: the peer is a second edge_server with these options on top of
     `edge_extra` (edge_server against itself, e.g. with drafting off), not llama-server;
-    `peer_env` adds environment variables to that second edge_server."""
+    `peer_env` adds environment variables to that second edge_server; `mode`: the
+    workload (default: MODES[args.mode])."""
     ours = EdgeServer(model_path, args.threads, edge_extra,
                       env={"XDG_DATA_HOME": str(args.workdir / "edge-data")})
     try:
@@ -239,7 +273,7 @@ def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
     try:
         print(f"model: {model_path.name}  threads: {args.threads}  rounds: {args.rounds}  "
               f"mode: {args.mode}")
-        MODES[args.mode](args, [ours, theirs])
+        (mode or MODES[args.mode])(args, [ours, theirs])
     finally:
         ours.close()
         theirs.close()

@@ -1,5 +1,6 @@
-"""Lookup drafting (prompt lookup decoding): drafts are verified by sampling, so what a
-request gets does not change; forced loops show drafts kept, and every bound (max_tokens,
+"""Lookup drafting (prompt lookup decoding): drafts are verified by sampling, and what a
+request gets agrees with undrafted decoding up to near ties (drafted rows come from
+multi-row kernels); forced loops show drafts kept, and every bound (max_tokens,
 stop, n, logprobs) holds in the middle of a drafted run. The session server drafts (the
 default); a second server with --draft-max 0 is the reference."""
 

@@ -13,6 +13,7 @@ import llama_cpp as lc
 
 from .backend import rpc_guard
 from .backend.llama_model import ContextSettings, LlamaModel, ModelLoadError, Vocab
+from .backend.step_cost import cost_file
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
 from .embeddings.embedder import Embedder, EmbeddingPlan, EmbeddingSettings, plan_embeddings
 from .errors import EngineError
@@ -120,7 +121,8 @@ class Engine:
             except ProjectorError as exc:
                 raise ModelLoadError(f"multimodal projector {settings.mmproj.name}: {exc}"
                                      ) from exc
-        self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector)
+        self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector,
+                                   step_cost_file=self._step_cost_file())
         self.scheduler.start()
         if self.model.rpc:
             rpc_guard.add_listener(self._on_rpc_lost)
@@ -143,6 +145,14 @@ class Engine:
         identity = f"{self.fingerprint}|{stat.st_mtime_ns}|{self.model.kv_layout}"
         key = hashlib.sha256(identity.encode()).hexdigest()[:16]
         return self.settings.prompt_cache_dir / f"{self.path.stem}-{key}"
+
+    def _step_cost_file(self) -> Path | None:
+        """Where this machine's decode step cost is kept, beside the prompt caches."""
+        if self.settings.prompt_cache_dir is None:
+            return None
+        return cost_file(self.settings.prompt_cache_dir,
+                         f"{self.fingerprint}|{self.model.kv_layout}|{self.model.n_ctx}",
+                         self.model.n_threads, self.model.n_seq_max)
 
     def _saved_prompts(self) -> list[StoredPrefix]:
         directory = self._cache_dir()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from .kv.slots import Slot
 from .request import ChoiceDelta, FinishReason, GenerationRequest, RequestHandle
-from .sampling.chain import SamplerChain
+from .sampling.chain import Sampler
 from .sampling.logprobs import TokenLogprob
 from .sampling.lookup_draft import LookupDraft
 from .text_stream import TextStream
@@ -38,7 +38,7 @@ class JobStats:
 @dataclass
 class Choice:
     index: int
-    sampler: SamplerChain
+    sampler: Sampler
     text: TextStream
     slot: Slot | None = None  # None: waiting for a sequence (n larger than free slots)
     generated: int = 0

@@ -41,6 +41,9 @@ class GenerationRequest:
     logprobs: int | None = None  # None: none; k: chosen token's logprob plus the top k
     prompt_logprobs: bool = False  # also score every prompt token (echo with logprobs)
     images: list[ImageSpan] = field(default_factory=list)  # in prompt order
+    # False: every step this request takes part in decodes one row per sequence, so its
+    # tokens come from one-row kernels (lookup_draft.py on why drafted rows differ).
+    draft: bool = True
 
     def check(self, *, n_ctx: int, n_vocab: int) -> None:
         """Refuses what the engine cannot serve: out-of-vocabulary ids, more tokens than

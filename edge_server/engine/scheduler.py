@@ -20,9 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .backend.batch import DecodeBatch
 from .backend.llama_model import LlamaModel
+from .backend.step_cost import StepCost, load_or_measure
 from .backend.thread_tuner import ThreadTuner
 from .errors import EngineError
 from .image_prefill import decode_image, image_at
@@ -33,7 +35,7 @@ from .multimodal.projector import Projector
 from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
 from .sampling.chain import GrammarError
 from .sampling.logprobs import score_rows, token_logprob
-from .sampling.lookup_draft import DraftCounts
+from .sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
 from .seating import add_choices, open_job, resolve_wait, seat_pending_choices
 from .step_batch import fill_step_batch, plan_drafts
 from .waiting import WaitingQueue
@@ -46,6 +48,7 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 # stack far deeper than any bounded grammar needs (virtual memory, touched on demand).
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
 DEFAULT_DRAFT_MAX = 4
+_READY_TIMEOUT_S = 60.0  # start() waits this long at most for the engine thread
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,8 @@ class SchedulerSettings:
 
 class Scheduler:
     def __init__(self, model: LlamaModel, settings: SchedulerSettings,
-                 store: PromptStore, projector: Projector | None = None) -> None:
+                 store: PromptStore, projector: Projector | None = None,
+                 step_cost_file: Path | None = None) -> None:
         self.model = model
         self.projector = projector
         self.vocab = model.vocab
@@ -79,7 +83,11 @@ class Scheduler:
         self.drafts = DraftCounts()
         self.draft_max = settings.draft_max if settings.draft_max >= 0 else (
             DEFAULT_DRAFT_MAX if model.cpu_only else 0)
+        # Replaced on the engine thread by this machine's measured cost (step_cost.py).
+        self.step_cost = StepCost.fixed_model(STEP_COST_IN_ROWS)
+        self._step_cost_file = step_cost_file
         self._thread: threading.Thread | None = None
+        self._ready = threading.Event()  # set once the engine thread serves
         # Watchdog: when the current step began (None between steps).
         self.step_started: float | None = None
         # Called on the engine thread for each finished request (metrics).
@@ -99,6 +107,9 @@ class Scheduler:
             self._thread.start()
         finally:
             threading.stack_size(previous)
+        # The model is not reported loaded while the step cost is measured (at most its
+        # time budget, once per machine): requests meanwhile would queue, and time out.
+        self._ready.wait(timeout=_READY_TIMEOUT_S)
 
     def stop(self) -> None:
         for handle in self._waiting.close():
@@ -154,6 +165,20 @@ class Scheduler:
         # llama.cpp's OpenMP keeps a team of workers per calling thread, and a team left
         # idle on another thread slows every later step: decode on this thread only.
         self.threads = ThreadTuner.for_model(self.model, adaptive=self.settings.adaptive_threads)
+        if self.draft_max > 0:
+            try:
+                measured = load_or_measure(self.model, self._step_cost_file)
+            except Exception:  # drafting falls back to the fixed model; serving goes on
+                log.exception("could not measure the decode step cost")
+                measured = None
+            if measured is not None:
+                self.step_cost = measured
+            elif self._step_cost_file is not None:
+                # Unmeasured, a guessed cost could make drafting lose: none this run.
+                log.warning("decode step cost not measured (machine too busy?): lookup "
+                            "drafting off until the next start")
+                self.draft_max = 0
+        self._ready.set()
         while self._waiting.wait_for_work(bool(self._jobs)):
             self.step_started = time.monotonic()
             try:
@@ -176,7 +201,7 @@ class Scheduler:
         if not self._jobs:
             return
         batch = self._batch
-        plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq)
+        plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost)
         step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix

@@ -9,7 +9,8 @@ from .backend.llama_model import LlamaModel, Vocab
 from .jobs import Choice, Job, choice_seed
 from .kv.slots import PrefixSource, Slot, SlotTable, common_prefix
 from .request import RequestHandle
-from .sampling.chain import SamplerChain, resolve_seed
+from .sampling.chain import resolve_seed
+from .sampling.full_vocab import build_sampler
 from .text_stream import TextStream
 
 # Waiting for a slot that is evaluating the same prefix pays off from this many tokens.
@@ -53,8 +54,8 @@ def add_choices(job: Job, model: LlamaModel, vocab: Vocab, free: list[Slot],
         (s for s in free if s is not job.slot), key=lambda s: (bool(s.cached), s.last_used),
         reverse=True)
     for i in range(request.n):
-        sampler = SamplerChain(request.sampling, vocab, n_ctx=model.n_ctx_seq,
-                               seed=choice_seed(base_seed, i))
+        sampler = build_sampler(request.sampling, vocab, n_ctx=model.n_ctx_seq,
+                                seed=choice_seed(base_seed, i))
         choice = Choice(i, sampler, TextStream(request.stop, include_stop=request.include_stop))
         job.choices.append(choice)
         sampler.prime(request.prompt_tokens)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backend.batch import DecodeBatch
+from .backend.step_cost import StepCost
 from .image_prefill import text_end
 from .jobs import Choice, Job
 from .sampling.lookup_draft import LookupDraft, choose_depth
@@ -44,15 +45,19 @@ def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
     return first_row
 
 
-def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int) -> None:
+def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
+                cost: StepCost) -> None:
     """Sets every generating choice's drafts for this step (lookup_draft.py): the same
-    number for each, short lookups padded, so the batch stays one graph run."""
+    number for each, short lookups padded, so the batch stays one graph run. None while
+    a generating request asked for no drafting (one-row numerics for all its tokens)."""
     generating = [(job, c) for job in jobs for c in job.choices
                   if c.slot is not None and not c.finished and c.next_token >= 0]
     for _, choice in generating:
         choice.drafts = []
     if most <= 0 or not generating or any(c.first_from >= 0 for job in jobs
                                            for c in job.choices if c.slot is not None):
+        return
+    if any(not job.request.draft for job, _ in generating):
         return
     most = min(most, (batch.capacity // 2) // len(generating),
                *(n_ctx_seq - c.position - 2 for _, c in generating))
@@ -66,7 +71,8 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int) 
         proposal = choice.lookup.propose(max(most, 1))
         # Drafts past the choice's last token could only be thrown away.
         proposals.append(proposal[: max(job.request.max_tokens - choice.generated - 1, 0)])
-    depth = choose_depth(proposals, hit_rates, most)
+    n = len(generating)
+    depth = choose_depth(proposals, hit_rates, most, lambda rows: cost.seconds(n, rows))
     for (_, choice), draft in zip(generating, proposals, strict=True):
         # A row past a short lookup is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token

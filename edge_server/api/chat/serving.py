@@ -98,6 +98,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         n=req.n or 1,
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
         images=prompt.images,
+        draft=req.draft is not False,
     )
     mode = None
     if tools:

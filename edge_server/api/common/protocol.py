@@ -64,6 +64,8 @@ class SamplingRequest(BaseModel):
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
     include_stop_str_in_output: bool | None = False  # opt-in: keep the stop text (Novita)
     ignore_eos: bool | None = False
+    # false: no lookup drafting while this request generates (one-row numerics).
+    draft: bool | None = True
     response_format: ResponseFormat | None = None
     user: str | None = None
     # OpenAI's routing hint: a load balancer hashes it to keep a conversation on the replica

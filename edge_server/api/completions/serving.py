@@ -173,6 +173,7 @@ def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
             logprobs=scored,
             prompt_logprobs=bool(req.echo and req.logprobs is not None),
             images=p.images,
+            draft=req.draft is not False,
         )
         for p in prompts
     ]

@@ -202,6 +202,7 @@ def to_chat(req: CountTokensRequest, image_params: dict[str, str] | None = None
             top_p=req.top_p,
             top_k=req.top_k,
             stream=bool(req.stream),
+            draft=req.draft,
         )
         output = req.output_config.format if req.output_config else None
         if output is not None:

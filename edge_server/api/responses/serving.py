@@ -195,6 +195,7 @@ def to_chat(req: ResponsesRequest, reads_images: bool = False) -> ChatCompletion
             parallel_tool_calls=req.parallel_tool_calls, response_format=_response_format(req),
             max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p,
             user=req.user, separate_reasoning=True, enable_thinking=effort != "none",
+            draft=req.draft,
         )
     except ValidationError as exc:
         raise invalid("input", f"Invalid input: {exc.errors()[0].get('msg', '')}") from exc

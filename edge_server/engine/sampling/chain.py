@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import secrets
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import llama_cpp as lc
 import numpy as np
@@ -42,6 +43,21 @@ class SamplingParams:
     @property
     def uses_mirostat(self) -> bool:
         return self.mirostat_target is not None or self.mirostat_lr is not None
+
+
+class Sampler(Protocol):
+    """What the scheduler needs of a choice's sampler (this chain, or full_vocab's)."""
+
+    params: SamplingParams
+
+    @property
+    def has_grammar(self) -> bool: ...
+
+    def prime(self, prompt_tokens: list[int]) -> None: ...
+
+    def sample(self, ctx: lc.llama_context_p, batch_row: int) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class GrammarError(ValueError):

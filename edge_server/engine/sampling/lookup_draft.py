@@ -3,9 +3,9 @@ earlier occurrence of a sequence's newest n-gram, in its prompt or its own outpu
 
 A drafted token costs a batch row. The step verifies it by sampling that row's logits
 with the choice's own sampler, in order, and keeps drafts while each sampled token equals
-the draft (scheduler.py). Sampling a draft's position draws exactly what decoding one token
-at a time would draw there (same sampler, same state, same random stream), so outputs are
-unchanged; only the number of `llama_decode` calls falls.
+the draft (scheduler.py). Sampling a draft's position uses the sampler, state and random
+stream that decoding one token at a time would use there; what differs is the logits
+(see Numerics below), and the number of `llama_decode` calls, which falls.
 
 Whether drafting pays depends on the text (small models loop, code edits repeat the
 prompt) and on the batch. llama.cpp runs a multi-sequence batch as one graph only while
@@ -14,9 +14,20 @@ step drafts the same depth for every generating sequence or for none. Each seque
 a hit rate of its lookups, observed on every token whether or not it drafted; the step
 picks the depth with the most tokens expected per unit of decode time.
 
-The cost of a step is a fixed model, not a timing: the depth shapes the batch, the shape
-changes llama.cpp's numerics in the last bits, and a choice made from timings would let
-the same seed write a different text on a second run.
+The cost of a step is measured once per model, llama.cpp build and CPU and then read
+from disk (backend/step_cost.py), not timed as steps run: the depth shapes the batch,
+the shape changes llama.cpp's numerics in the last bits, and a choice made from live
+timings would let the same seed write a different text on a second run.
+
+Two guards keep drafting from losing where the estimate is off: a step drafts only when
+it expects DRAFT_MARGIN more tokens per second than without, and a sequence whose
+lookups hit less than MIN_HIT_RATE counts as proposing nothing (its rows are paid for,
+never counted on).
+
+Numerics: drafted rows are evaluated by llama.cpp's multi-row kernels, whose results
+differ slightly from one-row decoding (they equal those of prompt evaluation), so a
+greedy output can diverge from its undrafted twin after some tokens. A request may turn
+drafting off for the steps it takes part in (GenerationRequest.draft).
 """
 
 from __future__ import annotations
@@ -26,10 +37,12 @@ from dataclasses import dataclass
 
 NGRAM_SIZES = (3, 2, 1)  # longest match first
 _HIT_RATE_DECAY = 0.8  # weight of the past in a sequence's hit rate
-# A decode step's cost beyond its rows, in rows' worth. Measured on a 2-core x86 CPU:
-# SmolLM2-135M, one sequence 7.3 ms + 4.1 ms a row, eight 12 ms + 3.8 ms a row; Gemma 3
-# 270M, eight sequences 19 ms + 3.7 ms a row.
+# Used until the step cost of this machine is known (and where it cannot be measured):
+# a step's cost beyond its rows, in rows' worth, on a 2-core x86 CPU (SmolLM2-135M, one
+# sequence 7.3 ms + 4.1 ms a row, eight 12 ms + 3.8 ms a row).
 STEP_COST_IN_ROWS = 2.5
+DRAFT_MARGIN = 1.03  # drafting must expect this many times the tokens/s of not drafting
+MIN_HIT_RATE = 0.3  # below it a sequence's lookups are not counted on
 
 
 def step_cost(rows: int) -> float:
@@ -40,15 +53,16 @@ def step_cost(rows: int) -> float:
 def choose_depth(proposals: list[list[int]], hit_rates: list[float], most: int,
                  cost: Callable[[int], float] = step_cost) -> int:
     """Draft depth (0..most) for a step whose sequences proposed these lookups: the one
-    expecting the most tokens per unit of decode time, `cost(rows)` being a step's. A
-    sequence's i-th draft is kept with probability hit_rate**i, if its lookup reached
-    that far."""
+    expecting the most tokens per unit of decode time, `cost(rows)` being a step's, if
+    that beats no drafts by DRAFT_MARGIN. A sequence's i-th draft is kept with
+    probability hit_rate**i, if its lookup reached that far and its rate is counted on."""
     n = len(proposals)
-    best_depth, best_rate = 0, n / cost(n)
+    undrafted = n / cost(n)
+    best_depth, best_rate = 0, undrafted * DRAFT_MARGIN
     expected = float(n)
     for depth in range(1, most + 1):
         expected += sum(rate**depth for draft, rate in zip(proposals, hit_rates, strict=True)
-                        if len(draft) >= depth)
+                        if len(draft) >= depth and rate >= MIN_HIT_RATE)
         rate = expected / cost(n * (1 + depth))
         if rate > best_rate:
             best_depth, best_rate = depth, rate
