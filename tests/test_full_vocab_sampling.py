@@ -96,5 +96,6 @@ def test_truncating_and_stateful_samplers_stay_in_llama_cpp() -> None:
     assert full_vocab_eligible(SamplingParams(temperature=0.0, logit_bias={1: 2.0}))
     for params in (SamplingParams(top_k=40), SamplingParams(top_p=0.95),
                    SamplingParams(min_p=0.05), SamplingParams(presence_penalty=0.5),
-                   SamplingParams(mirostat_target=3.0), SamplingParams(grammar="root ::= \"a\"")):
+                   SamplingParams(mirostat_target=3.0), SamplingParams(typical_p=0.9),
+                   SamplingParams(grammar="root ::= \"a\"")):
         assert not full_vocab_eligible(params)

@@ -31,7 +31,7 @@ def full_vocab_eligible(params: SamplingParams) -> bool:
     """True when the request's sampler is plain temperature (or greedy) over the whole
     vocabulary, with at most a logit bias: everything else stays in llama.cpp's chain."""
     return (params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0.0
-            and not params.uses_penalties and not params.uses_mirostat
+            and params.typical_p >= 1.0 and not params.uses_penalties and not params.uses_mirostat
             and params.grammar is None)
 
 
