@@ -40,6 +40,9 @@ class GenerationRequest:
     logprobs: int | None = None  # None: none; k: chosen token's logprob plus the top k
     prompt_logprobs: bool = False  # also score every prompt token (echo with logprobs)
     images: list[ImageSpan] = field(default_factory=list)  # in prompt order
+    # Whose cache this prompt may use and fill: prefixes are shared only between requests
+    # of the same partition (an opaque id; "" for all when callers are not told apart).
+    partition: str = ""
 
     def check(self, *, n_ctx: int, n_vocab: int) -> None:
         """Refuses what the engine cannot serve: out-of-vocabulary ids, more tokens than
