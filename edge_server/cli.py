@@ -110,6 +110,15 @@ def _specs(opts: ServeOptions, store: ModelStore):  # type: ignore[no-untyped-de
     return [spec(e, templates.get(e.id), projectors.get(e.id)) for e in entries], default_id
 
 
+def _allowed_hosts(opts: ServeOptions) -> list[str]:
+    """--allowed-hosts (items may be comma-separated), plus the address served on unless
+    it is a wildcard."""
+    hosts = [h.strip() for item in opts.allowed_hosts for h in item.split(",") if h.strip()]
+    if opts.host not in ("", "0.0.0.0", "::"):
+        hosts.append(opts.host)
+    return hosts
+
+
 def serve(opts: ServeOptions) -> int:
     import uvicorn
 
@@ -140,7 +149,9 @@ def serve(opts: ServeOptions) -> int:
     pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
-                     max_body_mb=opts.max_body_mb, replica_name=replica)
+                     max_body_mb=opts.max_body_mb, replica_name=replica,
+                     allowed_hosts=_allowed_hosts(opts),
+                     admitted_per_model=max(opts.parallel, 1) + opts.max_queue)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout))
     app.state.watchdog_seconds = opts.watchdog_seconds

@@ -14,10 +14,12 @@ from ..model_pool import ModelPool
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
 from .embeddings.api_router import routes as embedding_routes
+from .http.admission import Admission, AdmissionGate
 from .http.auth import APIKeyAuth
 from .http.body import BodyLimit
 from .http.draining import Drain, DrainGate
 from .http.errors import EXCEPTION_HANDLERS, ErrorBoundary
+from .http.host_guard import HostGuard
 from .http.metrics import Metrics, RequestCounter, metrics_route
 from .http.replica import ReplicaHeader
 from .messages.api_router import routes as messages_routes
@@ -39,10 +41,15 @@ def create_app(
     reap_interval: float = 1.0,
     max_body_mb: float = 8.0,
     replica_name: str | None = None,
+    allowed_hosts: list[str] | None = None,
+    admitted_per_model: int | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
-    X-Edge-Replica header of every answer. `app.state.drain` starts draining."""
+    X-Edge-Replica header of every answer. `app.state.drain` starts draining.
+    `allowed_hosts`: Host names served besides loopback ones when there are no API keys.
+    `admitted_per_model`: generation requests (slots plus queue) admitted per loaded
+    model before the rest get a 429 unread (None: no such gate)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -69,22 +76,32 @@ def create_app(
             pool.close()
 
     # Outermost first: name the replica on every answer, count every answer, then turn
-    # any unexpected error into a 500 that keeps the connection usable, refuse new work
-    # while draining, then refuse oversized bodies before anything reads them.
+    # any unexpected error into a 500 that keeps the connection usable, refuse foreign
+    # Host names (without keys: DNS rebinding), refuse new work while draining, refuse
+    # oversized bodies before anything reads them, check the key, and last refuse
+    # generation requests beyond the engines' slots and queues, still unread.
     drain = Drain()
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
         Middleware(AnthropicErrors),  # every error on /v1/messages* in Anthropic's shape
         Middleware(ErrorBoundary),
-        Middleware(DrainGate, drain=drain),
-        Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
     ]
     if replica_name:
         middleware.insert(0, Middleware(ReplicaHeader, name=replica_name))
+    if not api_keys:
+        middleware.append(Middleware(HostGuard, allowed=allowed_hosts or []))
+    middleware += [
+        Middleware(DrainGate, drain=drain),
+        Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
+    ]
     if api_keys:
         middleware.append(Middleware(APIKeyAuth, keys=api_keys))
+    admission = Admission(lambda: (admitted_per_model or 0) * max(1, pool.loaded_count()))
+    if admitted_per_model is not None:
+        middleware.append(Middleware(AdmissionGate, admission=admission))
     metrics.watch_pool(pool)
     metrics.watch_drain(drain)
+    metrics.watch_admission(admission)
     app = Starlette(
         routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
                 *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
@@ -95,6 +112,7 @@ def create_app(
     )
     app.state.pool = pool
     app.state.drain = drain
+    app.state.admission = admission
     app.state.ready = False
     app.state.startup_error = None
     return app
