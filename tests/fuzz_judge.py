@@ -12,11 +12,13 @@ import httpx
 from fuzz_strategies import (
     CHAT,
     COMPLETIONS,
+    DETOKENIZE,
     EMBEDDINGS,
     MESSAGES,
     MODEL,
     RESPONSES,
     TIMEOUT_S,
+    TOKENIZE,
     Case,
 )
 
@@ -121,7 +123,10 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
             data = json.loads(body)
         except ValueError:
             return "200 answer is not JSON"
-        key = {RESPONSES: "output", EMBEDDINGS: "data"}.get(path, "choices")
+        if path == DETOKENIZE:
+            ok = isinstance(data, dict) and isinstance(data.get("content"), str)
+            return None if ok else "200 answer has no content"
+        key = {RESPONSES: "output", EMBEDDINGS: "data", TOKENIZE: "tokens"}.get(path, "choices")
         ok = isinstance(data, dict) and isinstance(data.get(key), list)
         return None if ok else f"200 answer has no {key}"
     if not 400 <= status < 600:

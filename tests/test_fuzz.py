@@ -106,6 +106,13 @@ def test_fuzz_broken_json(fuzz_server: RunningServer, fuzz_client: httpx.Client,
     check(fuzz_server, fuzz_client, case)
 
 
+@settings(fuzz_settings, max_examples=40)
+@given(case=fs.bound_cases())
+def test_fuzz_memory_bounds(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                            case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
 def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:
     assert fj.server_problem(fuzz_server.base_url) is None
     log = fuzz_server.log_text()
