@@ -9,16 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from fuzz_bounds import DETOKENIZE, TOKENIZE
 from fuzz_strategies import (
     CHAT,
     COMPLETIONS,
-    DETOKENIZE,
     EMBEDDINGS,
     MESSAGES,
     MODEL,
     RESPONSES,
     TIMEOUT_S,
-    TOKENIZE,
     Case,
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import fuzz_bounds as fb
 import fuzz_judge as fj
 import fuzz_strategies as fs
 import httpx
@@ -107,7 +108,7 @@ def test_fuzz_broken_json(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 
 
 @settings(fuzz_settings, max_examples=40)
-@given(case=fs.bound_cases())
+@given(case=fb.bound_cases())
 def test_fuzz_memory_bounds(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                             case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
