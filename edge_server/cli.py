@@ -112,6 +112,15 @@ def _specs(opts: ServeOptions, store: ModelStore):
     return specs, default_id, spec
 
 
+def _allowed_hosts(opts: ServeOptions) -> list[str]:
+    """--allowed-hosts (items may be comma-separated), plus the address served on unless
+    it is a wildcard."""
+    hosts = [h.strip() for item in opts.allowed_hosts for h in item.split(",") if h.strip()]
+    if opts.host not in ("", "0.0.0.0", "::"):
+        hosts.append(opts.host)
+    return hosts
+
+
 def serve(opts: ServeOptions) -> int:
     import uvicorn
 
@@ -147,7 +156,8 @@ def serve(opts: ServeOptions) -> int:
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
                      max_body_mb=opts.max_body_mb, replica_name=replica,
                      webui=not opts.no_webui, cors_origins=opts.cors_origins, store=store,
-                     make_spec=make_spec)
+                     make_spec=make_spec, allowed_hosts=_allowed_hosts(opts),
+                     admitted_per_model=max(opts.parallel, 1) + opts.max_queue)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout))
     app.state.watchdog_seconds = opts.watchdog_seconds

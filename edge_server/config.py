@@ -96,6 +96,11 @@ class ServeOptions:
     api_key: list[str] = _opt([], "accepted API key (repeatable); requests then need "
                               "`Authorization: Bearer KEY`", action="append")
     api_key_file: Path | None = _opt(None, "file with one accepted API key per line")
+    allowed_hosts: list[str] = _opt([], "Host header names served besides loopback ones "
+                                    "and --host, when no API key is set (repeatable or "
+                                    "comma-separated; * allows any): other names get a 403, "
+                                    "which stops DNS rebinding from web pages",
+                                    action="append")
     drain_timeout: float = _opt(30.0, "seconds SIGTERM waits for requests in flight; "
                                 "meanwhile /health and new requests answer 503")
     replica_name: str | None = _opt(None, "name sent in the X-Edge-Replica header of every "

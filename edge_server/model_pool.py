@@ -188,6 +188,12 @@ class ModelPool:
     def is_loaded(self, model_id: str) -> bool:
         return model_id in self._loaded
 
+    def loaded_count(self) -> int:
+        return len(self._loaded)
+
+    def loaded_engines(self) -> list[Engine]:
+        return [x.engine for x in self._loaded.values()]
+
     async def acquire(self, name: str) -> Lease:
         spec = self.spec(name)
         lock = self._locks.setdefault(spec.id, asyncio.Lock())

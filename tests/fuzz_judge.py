@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from fuzz_bounds import DETOKENIZE, TOKENIZE
 from fuzz_strategies import (
     CHAT,
     COMPLETIONS,
@@ -154,7 +155,10 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
             data = json.loads(body)
         except ValueError:
             return "200 answer is not JSON"
-        key = {RESPONSES: "output", EMBEDDINGS: "data"}.get(path, "choices")
+        if path == DETOKENIZE:
+            ok = isinstance(data, dict) and isinstance(data.get("content"), str)
+            return None if ok else "200 answer has no content"
+        key = {RESPONSES: "output", EMBEDDINGS: "data", TOKENIZE: "tokens"}.get(path, "choices")
         ok = isinstance(data, dict) and isinstance(data.get(key), list)
         return None if ok else f"200 answer has no {key}"
     if not 400 <= status < 600:

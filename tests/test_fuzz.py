@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import fuzz_bounds as fb
 import fuzz_judge as fj
 import fuzz_ollama as fo
 import fuzz_strategies as fs
@@ -112,6 +113,13 @@ def test_fuzz_broken_json(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 @given(case=fo.ollama_cases())
 def test_fuzz_ollama(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                      case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=40)
+@given(case=fb.bound_cases())
+def test_fuzz_memory_bounds(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                            case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
 
 

@@ -128,7 +128,7 @@ def test_deep_nesting_is_refused() -> None:
     for _ in range(limits.MAX_DOCUMENT_DEPTH + 1):
         document = [document]
     with pytest.raises(SchemaError, match="deep"):
-        compile_schema({"type": "integer", "examples": document}, strict=False)
+        compile_schema({"type": "integer", "default": document}, strict=False)
 
 
 @pytest.mark.parametrize(

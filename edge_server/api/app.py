@@ -15,11 +15,13 @@ from ..model_store import ModelStore, RegistryEntry
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
 from .embeddings.api_router import routes as embedding_routes
+from .http.admission import Admission, AdmissionGate
 from .http.auth import APIKeyAuth
 from .http.body import BodyLimit
 from .http.cors import CrossOrigin
 from .http.draining import Drain, DrainGate
 from .http.errors import EXCEPTION_HANDLERS, ErrorBoundary
+from .http.host_guard import HostGuard
 from .http.metrics import Metrics, RequestCounter, metrics_route
 from .http.replica import ReplicaHeader
 from .messages.api_router import routes as messages_routes
@@ -48,13 +50,18 @@ def create_app(
     cors_origins: list[str] | None = None,
     store: ModelStore | None = None,
     make_spec: Callable[[RegistryEntry], ModelSpec] | None = None,
+    allowed_hosts: list[str] | None = None,
+    admitted_per_model: int | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
     X-Edge-Replica header of every answer. `webui`: serve the chat page at /.
     `cors_origins`: web origins whose pages may call the API (others get a 403).
     `store` and `make_spec` (a registry entry as a pool model) let Ollama's /api/pull and
-    /api/delete manage the models directory. `app.state.drain` starts draining."""
+    /api/delete manage the models directory. `allowed_hosts`: Host names served besides
+    loopback ones when there are no API keys. `admitted_per_model`: generation requests
+    (slots plus queue) admitted per loaded model before the rest get a 429 unread (None:
+    no such gate). `app.state.drain` starts draining."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -83,8 +90,10 @@ def create_app(
     # Outermost first: name the replica on every answer, count every answer, refuse web
     # origins not allowed (and answer preflights, and add CORS headers to every answer of
     # the allowed ones, errors included), then turn any unexpected error into a 500 that
-    # keeps the connection usable, refuse new work while draining, then refuse oversized
-    # bodies before anything reads them; the API key last.
+    # keeps the connection usable, refuse foreign Host names (without keys: DNS
+    # rebinding), refuse new work while draining, refuse oversized bodies before anything
+    # reads them, check the key, and last refuse generation requests beyond the engines'
+    # slots and queues, still unread.
     drain = Drain()
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
@@ -92,18 +101,26 @@ def create_app(
         Middleware(OllamaErrors),  # every error on /api/* in Ollama's shape
         Middleware(CrossOrigin, origins=cors_origins or []),
         Middleware(ErrorBoundary),
-        Middleware(DrainGate, drain=drain),
-        Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
     ]
     if replica_name:
         middleware.insert(0, Middleware(ReplicaHeader, name=replica_name))
+    if not api_keys:
+        middleware.append(Middleware(HostGuard, allowed=allowed_hosts or []))
+    middleware += [
+        Middleware(DrainGate, drain=drain),
+        Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
+    ]
     if api_keys:
         # The chat page's files need no key: the page asks for it.
         middleware.append(Middleware(APIKeyAuth, keys=api_keys,
                                      open_paths=("/",) if webui else (),
                                      open_prefixes=(chat_page.PREFIX,) if webui else ()))
+    admission = Admission(lambda: (admitted_per_model or 0) * max(1, pool.loaded_count()))
+    if admitted_per_model is not None:
+        middleware.append(Middleware(AdmissionGate, admission=admission))
     metrics.watch_pool(pool)
     metrics.watch_drain(drain)
+    metrics.watch_admission(admission)
     app = Starlette(
         routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
                 *tokenize_routes, *messages_routes, *response_routes, *ollama_routes,
@@ -117,6 +134,7 @@ def create_app(
     app.state.drain = drain
     app.state.store = store
     app.state.make_spec = make_spec
+    app.state.admission = admission
     app.state.ready = False
     app.state.startup_error = None
     return app

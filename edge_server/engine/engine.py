@@ -121,6 +121,9 @@ class Engine:
             except ProjectorError as exc:
                 raise ModelLoadError(f"multimodal projector {settings.mmproj.name}: {exc}"
                                      ) from exc
+        # The projector's weights (its file: mtmd reads it into buffers of that size).
+        self._projector_bytes = (settings.mmproj.stat().st_size
+                                 if settings.mmproj is not None and self.projector else 0)
         self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector,
                                    step_cost_file=self._step_cost_file())
         self.scheduler.start()
@@ -274,6 +277,20 @@ class Engine:
         """Memory of the embedding context (0 until an embeddings request made it)."""
         embedder = self._embedder
         return embedder.plan.bytes if embedder is not None else 0
+
+    def memory(self) -> dict[str, int]:
+        """Bytes this model holds, by part: the engine's share of the memory account."""
+        buffers = self.model.buffer_bytes
+        embedder, projector = self._embedder, self.projector
+        return {
+            "weights": buffers.get("weights", 0),
+            "kv_cache": buffers.get("kv_cache", 0),
+            "compute_buffers": buffers.get("compute", 0),
+            "prompt_store": self.scheduler.kv.store.used_bytes,
+            "embedding_context": embedder.bytes if embedder is not None else 0,
+            "projector": self._projector_bytes,
+            "image_cache": projector.cached_bytes if projector is not None else 0,
+        }
 
     def stats(self) -> dict[str, int]:
         embedder = self._embedder

@@ -44,6 +44,9 @@ class GenerationRequest:
     # False: every step this request takes part in decodes one row per sequence, so its
     # tokens come from one-row kernels (lookup_draft.py on why drafted rows differ).
     draft: bool = True
+    # Whose cache this prompt may use and fill: prefixes are shared only between requests
+    # of the same partition (an opaque id; "" for all when callers are not told apart).
+    partition: str = ""
 
     def check(self, *, n_ctx: int, n_vocab: int) -> None:
         """Refuses what the engine cannot serve: out-of-vocabulary ids, more tokens than

@@ -28,16 +28,17 @@ def open_job(kv: SlotTable, handle: RequestHandle, free: list[Slot]) -> Job:
     best source (or set to wait for a slot evaluating a longer one)."""
     request = handle.request
     prompt = request.prompt_tokens
-    slot = kv.choose(free, prompt)
+    partition = request.partition
+    slot = kv.choose(free, prompt, partition)
     slot.busy = True
     job = Job(request, handle, slot, [], prefill_at=0)
     limit = _prefill_limit(job)
-    source = kv.best_source(prompt, slot)
-    upcoming, shared = kv.upcoming_source(prompt)
+    source = kv.best_source(prompt, slot, partition)
+    upcoming, shared = kv.upcoming_source(prompt, partition)
     if upcoming is not None and min(shared, limit) >= source.length + _MIN_SHARED_PREFIX:
         job.wait_for = (upcoming, min(shared, limit))  # evaluate it once, then copy
     else:
-        job.prefill_at = kv.fill(slot, prompt, source, limit=limit)
+        job.prefill_at = kv.fill(slot, prompt, source, limit=limit, partition=partition)
         slot.target = list(prompt)  # later identical prompts may wait for this one
     handle.usage.cached_tokens = job.prefill_at
     return job
@@ -71,17 +72,18 @@ def resolve_wait(kv: SlotTable, job: Job) -> None:
     evaluates it itself if the source went away)."""
     assert job.wait_for is not None
     source, length = job.wait_for
-    prompt = job.request.prompt_tokens
+    prompt, partition = job.request.prompt_tokens, job.request.partition
     if not kv.can_copy_from(source):
         return  # its own copy lands with the next decode
-    if common_prefix(source.cached, prompt) >= length:
+    if common_prefix(source.cached_for(partition), prompt) >= length:
         found = PrefixSource(length, slot=source)
-    elif source.target[:length] == prompt[:length]:
+    elif source.partition == partition and source.target[:length] == prompt[:length]:
         return  # still evaluating it
     else:
-        found = kv.best_source(prompt, job.slot)
+        found = kv.best_source(prompt, job.slot, partition)
     job.wait_for = None
-    job.prefill_at = kv.fill(job.slot, prompt, found, limit=_prefill_limit(job))
+    job.prefill_at = kv.fill(job.slot, prompt, found, limit=_prefill_limit(job),
+                             partition=partition)
     job.handle.usage.cached_tokens = job.prefill_at
     job.slot.target = list(prompt)
 
@@ -102,7 +104,7 @@ def seat_pending_choices(kv: SlotTable, model: LlamaModel, jobs: list[Job],
         free = free[len(extra):]
         for slot, choice in zip(done_slots + extra, pending, strict=False):
             slot.busy = True
-            if common_prefix(slot.cached, prompt) < len(prompt) - 1:
+            if common_prefix(slot.cached_for(job.request.partition), prompt) < len(prompt) - 1:
                 kv.copy_prefix(job.slot, slot, len(prompt) - 1)
             else:
                 model.seq_remove(slot.seq_id, len(prompt) - 1, -1)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ...engine import Engine, GenerationRequest
+from ...engine.request import RequestHandle
 from ..common.logprobs_format import chat_logprobs
+from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
 from ..common.serving import (
+    ChoiceResult,
     cancel_on_disconnect,
     collect,
     max_tokens_for,
@@ -100,6 +104,10 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         images=prompt.images,
         draft=req.draft is not False,
     )
+    check_answer_size(AnswerShape(prompts=1, choices=request.n, echoed_tokens=0,
+                                  echoed_bytes=0, max_tokens=request.max_tokens,
+                                  alternatives=request.logprobs),
+                      engine.max_token_bytes, logprobs_param="top_logprobs")
     mode = None
     if tools:
         template = engine.chat_template
@@ -121,7 +129,7 @@ class ChatServing:
         prepared = await off_loop(prepare, req, engine)
         plan = prepared.plan
         n = prepared.request.n
-        handle = submit(engine, prepared.request)
+        handle = submit(engine, prepared.request, http)
         meta: dict[str, Any] = {
             "id": new_id("chatcmpl"), "created": now(), "model": engine.model_id
         }
@@ -131,26 +139,38 @@ class ChatServing:
             return sse_response(sse_with_errors(events), [handle])
         async with cancel_on_disconnect(http, [handle]):
             results = await collect(handle, n)
-        choices = []
-        for i, (result, output) in enumerate(zip(results, plan.outputs(n), strict=True)):
-            output.push(result.text)
-            output.finish()
-            choices.append(
-                ChatChoice(
-                    index=i,
-                    message=output.message(),
-                    finish_reason=output.finish_reason(result.finish_reason),
-                    logprobs=chat_logprobs(result.logprobs, engine.vocab) if req.logprobs else None,
-                )
+        entries = sum(len(r.token_ids) for r in results) * (1 + (req.top_logprobs or 0))
+        if entries < OFF_LOOP_ENTRIES:
+            body = _body(req, engine, plan, handle, results, meta)
+        else:  # megabytes of JSON: built where it stalls no stream
+            body = await off_loop(_body, req, engine, plan, handle, results, meta)
+        return Response(body, media_type="application/json")
+
+
+def _body(req: ChatCompletionRequest, engine: Engine, plan: _Plan, handle: RequestHandle,
+          results: list[ChoiceResult], meta: dict[str, Any]) -> bytes:
+    n = len(results)
+    choices = []
+    for i, (result, output) in enumerate(zip(results, plan.outputs(n), strict=True)):
+        output.push(result.text)
+        output.finish()
+        choices.append(
+            ChatChoice(
+                index=i,
+                message=output.message(),
+                finish_reason=output.finish_reason(result.finish_reason),
+                logprobs=chat_logprobs(result.logprobs, engine.vocab) if req.logprobs else None,
             )
-        body = ChatCompletionResponse(
-            **meta,
-            system_fingerprint=engine.fingerprint,
-            choices=choices,
-            usage=usage_info(handle.usage),
         )
-        payload = body.model_dump(exclude_none=True)
-        for choice in payload["choices"]:
-            choice.setdefault("logprobs", None)
-            choice["message"].setdefault("content", None)
-        return JSONResponse(payload)
+    body = ChatCompletionResponse(
+        **meta,
+        system_fingerprint=engine.fingerprint,
+        choices=choices,
+        usage=usage_info(handle.usage),
+    )
+    payload = body.model_dump(exclude_none=True)
+    for choice in payload["choices"]:
+        choice.setdefault("logprobs", None)
+        choice["message"].setdefault("content", None)
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode()

@@ -34,6 +34,7 @@ from ...engine.grammar.json_grammar import (
 )
 from ...engine.request import RequestHandle
 from ...engine.sampling.logprobs import TokenLogprob
+from ..http.auth import tenant_of
 from ..http.errors import APIError, from_engine_error, invalid
 from .protocol import PromptTokensDetails, SamplingRequest, UsageInfo
 
@@ -158,7 +159,9 @@ def sum_usage(handles: list[RequestHandle]) -> Usage:
     return total
 
 
-def submit(engine: Engine, request: GenerationRequest) -> RequestHandle:
+def submit(engine: Engine, request: GenerationRequest, http: Request) -> RequestHandle:
+    """Hands the request to the engine, in its caller's cache partition (its API key)."""
+    request.partition = tenant_of(http)
     try:
         return engine.submit(request)
     except EngineError as exc:

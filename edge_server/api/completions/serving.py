@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ...engine import Engine, GenerationRequest
 from ...engine.request import ImageSpan, RequestHandle
@@ -16,6 +16,7 @@ from ...engine.sampling.logprobs import TokenLogprob
 from ..common.images import check_image_count, decode_image_url, image_errors
 from ..common.logprobs_format import completion_logprobs
 from ..common.prompt_bounds import check_prompt_bytes, check_token_count
+from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
 from ..common.serving import (
     SSE_DONE,
     ChoiceResult,
@@ -177,7 +178,22 @@ def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
         )
         for p in prompts
     ]
+    check_answer_size(_shape(req, prompts, requests, candidates), engine.max_token_bytes,
+                      choices_param="best_of" if candidates > n else "n", echo=bool(req.echo))
     return PreparedCompletion(prompts, requests, candidates)
+
+
+def _shape(req: CompletionRequest, prompts: list[_Prompt], requests: list[GenerationRequest],
+           candidates: int) -> AnswerShape:
+    echo = bool(req.echo)
+    return AnswerShape(
+        prompts=len(prompts), choices=candidates,
+        echoed_tokens=sum(len(p.tokens) for p in prompts) if echo else 0,
+        echoed_bytes=sum(len(p.text.encode("utf-8", "surrogatepass")) for p in prompts)
+        if echo else 0,
+        max_tokens=max(r.max_tokens for r in requests),
+        alternatives=req.logprobs,
+    )
 
 
 class CompletionsServing:
@@ -188,7 +204,7 @@ class CompletionsServing:
         handles: list[RequestHandle] = []
         try:
             for request in requests:
-                handles.append(submit(engine, request))
+                handles.append(submit(engine, request, http))
         except Exception:
             for handle in handles:
                 handle.cancel()
@@ -204,6 +220,20 @@ class CompletionsServing:
             )
         async with cancel_on_disconnect(http, handles):
             results = await asyncio.gather(*(collect(h, candidates) for h in handles))
+        entries = sum(len(r.token_ids) for rs in results for r in rs)
+        if req.echo:
+            entries += n * sum(len(p.tokens) for p in prompts)
+        entries *= 1 + (req.logprobs or 0)
+        if entries < OFF_LOOP_ENTRIES:
+            body = self._body(req, engine, prompts, handles, results, meta)
+        else:  # megabytes of JSON: built where it stalls no stream
+            body = await off_loop(self._body, req, engine, prompts, handles, results, meta)
+        return Response(body, media_type="application/json")
+
+    def _body(self, req: CompletionRequest, engine: Engine, prompts: list[_Prompt],
+              handles: list[RequestHandle], results: list[list[ChoiceResult]],
+              meta: dict[str, object]) -> bytes:
+        n, candidates = req.n or 1, len(results[0]) if results else 0
         choices = []
         for p_index, (prompt, handle, per_prompt) in enumerate(
             zip(prompts, handles, results, strict=True)
@@ -221,12 +251,12 @@ class CompletionsServing:
                 )
         usage = sum_usage(handles)
         body = CompletionResponse(
-            **meta,
+            **meta,  # type: ignore[arg-type]
             system_fingerprint=engine.fingerprint,
             choices=choices,
             usage=usage_info(usage),
         )
-        return JSONResponse(body.model_dump(exclude_none=False))
+        return body.model_dump_json(exclude_none=False).encode()
 
     @staticmethod
     def _logprobs(

@@ -1,16 +1,35 @@
 """API keys: `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`) checked in
 constant time; /health stays open, and so do the chat page's static files (it asks for the
-key itself, and holds no secret)."""
+key itself, and holds no secret).
+
+Each key is a tenant: the request's scope carries an id derived from its key, and the
+engine shares cached prompt prefixes only between requests of one tenant, so no key can
+gain from, or learn about (`cached_tokens`, timing), another key's prompts.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError
 
 OPEN_PATHS = {"/health"}
+_TENANT = "tenant"
+
+
+def tenant_of(request: Request) -> str:
+    """The request's tenant: an id of its API key, "" without keys."""
+    return str(request.scope.get("state", {}).get(_TENANT, ""))
+
+
+def _admit(scope: Scope, key: bytes) -> None:
+    # A digest, not the key: the id may reach logs and the prompt cache's files.
+    tenant = hashlib.sha256(b"edge-server tenant\0" + key).hexdigest()[:32]
+    scope.setdefault("state", {})[_TENANT] = tenant
 
 
 class APIKeyAuth:
@@ -40,10 +59,12 @@ class APIKeyAuth:
         header = headers.get(b"authorization", b"")
         scheme, _, token = header.partition(b" ")
         if scheme.lower() == b"bearer" and token and self._accepted(token.strip()):
+            _admit(scope, token.strip())
             await self.app(scope, receive, send)
             return
         api_key = headers.get(b"x-api-key", b"").strip()
         if api_key and self._accepted(api_key):
+            _admit(scope, api_key)
             await self.app(scope, receive, send)
             return
         message = ("Missing API key: send `Authorization: Bearer <key>`." if not (header or api_key)

@@ -19,7 +19,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...engine.scheduler import JobStats
 from ...model_pool import ModelPool
+from .admission import Admission
 from .draining import Drain
+from .memory_account import memory_account
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 _TOKEN_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
@@ -71,6 +73,15 @@ class Metrics:
               registry=self.registry).set_function(lambda: float(drain.draining))
 
 
+    def watch_admission(self, admission: Admission) -> None:
+        """Generation requests admitted, and those refused unread (cheap refusal)."""
+        Gauge("edge_server_requests_admitted", "generation requests admitted and not yet "
+              "answered", registry=self.registry).set_function(lambda: admission.admitted)
+        Gauge("edge_server_requests_refused_unread_total", "generation requests refused "
+              "with a 429 before their body was read", registry=self.registry
+              ).set_function(lambda: admission.refused)
+
+
 class _PoolCollector:
     def __init__(self, pool: ModelPool) -> None:
         self.pool = pool
@@ -106,6 +117,12 @@ class _PoolCollector:
                 load_time.add_metric([spec.id], self.pool.load_seconds[spec.id])
         yield loaded
         yield load_time
+        memory = GaugeMetricFamily("edge_server_memory_bytes", "resident memory (part "
+                                   "`rss`) and what holds it: the memory account",
+                                   labels=["part"])
+        for part, size in memory_account(self.pool).items():
+            memory.add_metric([part], size)
+        yield memory
 
     def _engine_counters(self) -> Iterator[CounterMetricFamily]:
         """Kept by each model's engine: embedding batches against requests shows how often

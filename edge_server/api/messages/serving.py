@@ -58,7 +58,7 @@ def _count(req: CountTokensRequest, engine: Engine) -> int:
 class MessagesServing:
     async def create(self, req: MessagesRequest, engine: Engine, http: Request) -> Response:
         prepared = await off_loop(_prepare, req, engine)
-        handle = submit(engine, prepared.request)
+        handle = submit(engine, prepared.request, http)
         output = prepared.plan.outputs(1)[0]
         stops = StopReading(prepared.request.stop)
         meta: dict[str, Any] = {"id": message_id(), "type": "message", "role": "assistant",

@@ -131,7 +131,7 @@ async def _objects(answer: Answer, handle: RequestHandle, clock: Clock,
 
 async def run(prepared: Prepared, answer: Answer, engine: Engine, http: Request,
               clock: Clock, *, stream: bool) -> Response:
-    handle = submit(engine, prepared.request)
+    handle = submit(engine, prepared.request, http)
     clock.mark_submitted()
     if stream:
         await wait_started(http, [handle])

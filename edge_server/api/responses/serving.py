@@ -224,7 +224,7 @@ def _prepare(req: ResponsesRequest, engine: Engine) -> PreparedChat:
 class ResponsesServing:
     async def create(self, req: ResponsesRequest, engine: Engine, http: Request) -> Response:
         prepared = await off_loop(_prepare, req, engine)
-        handle = submit(engine, prepared.request)
+        handle = submit(engine, prepared.request, http)
         shell = _shell(req, engine)
         output = prepared.plan.outputs(1)[0]
         if req.stream:

@@ -13,6 +13,7 @@ from ...engine.backend import rpc_guard
 from ...model_pool import ModelPool, ModelSpec, UnknownModel
 from ..http.dependencies import pool
 from ..http.errors import model_not_found
+from ..http.memory_account import memory_account
 
 
 class ModelCard(BaseModel):
@@ -38,6 +39,8 @@ class HealthResponse(BaseModel):
     default_model: str | None = None
     models: dict[str, dict[str, int]] | None = None
     stalled_models: list[str] | None = None
+    # Bytes: the resident set (`rss`) and its parts (see the memory account).
+    memory: dict[str, int] | None = None
     error: str | None = None
 
 
@@ -97,7 +100,7 @@ async def health(request: Request) -> JSONResponse:
         # manager or load balancer stops sending work and restarts us.
         return _json(HealthResponse(status="stalled", stalled_models=stalled), 503)
     return _json(HealthResponse(status="ok", default_model=models.default_id,
-                                models=models.stats()))
+                                models=models.stats(), memory=memory_account(models)))
 
 
 routes = [

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from ...engine import Engine
 from ..chat.prompt import chat_prompt
 from ..chat.protocol import ChatMessage, Tool
+from ..common.prompt_bounds import check_prompt_bytes, check_token_count
 from ..common.serving import check_prompt_tokens
 from ..http.dependencies import off_loop, parse_body, serve_with_model
 from ..http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
@@ -56,14 +57,20 @@ def _tokens(body: TokenizeRequest, engine: Engine) -> list[int]:
             body.messages, engine, body.tools or [],
             add_generation_prompt=body.add_generation_prompt,
         )
+        check_token_count(len(prompt.tokens), engine, "messages")
         return prompt.tokens
     assert body.content is not None
-    return engine.tokenize(
+    # Bounded as prompts are: text that cannot fit the context is refused untokenized.
+    check_prompt_bytes(body.content, engine, "content")
+    tokens = engine.tokenize(
         body.content, add_special=body.add_special, parse_special=body.parse_special
     )
+    check_token_count(len(tokens), engine, "content")
+    return tokens
 
 
 def _content(body: DetokenizeRequest, engine: Engine) -> str:
+    check_token_count(len(body.tokens), engine, "tokens")
     check_prompt_tokens(body.tokens, engine, "tokens")
     return engine.vocab.detokenize(body.tokens)
 

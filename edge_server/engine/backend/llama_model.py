@@ -18,7 +18,7 @@ import numpy as np
 from . import rpc_guard
 from .cpu_probe import extra_buffers_safe
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
-from .runtime import init_backend, log_buffer_sizes
+from .runtime import init_backend, log_buffer_sizes, recording_buffers
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,8 @@ class LlamaModel:
         self._devices = self._rpc_devices(settings.rpc)
         if self._devices is not None:
             mparams.devices = self._devices.address
-        model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        with recording_buffers() as buffers:
+            model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             rpc_guard.unwatch(settings.rpc)
             raise ModelLoadError(f"llama.cpp could not load {path.name}")
@@ -191,7 +192,10 @@ class LlamaModel:
         cparams.kv_unified = False
         cparams.flash_attn_type = flash_attn_type(settings.flash_attn, head_dim(model))
         cparams.no_perf = True
-        ctx = lc.llama_init_from_model(model, cparams)
+        with recording_buffers() as context_buffers:
+            ctx = lc.llama_init_from_model(model, cparams)
+        # Bytes of weights, KV cache and compute buffers, as llama.cpp allocated them.
+        self.buffer_bytes: dict[str, int] = {**buffers, **context_buffers}
         if not ctx:
             rpc_guard.unwatch(settings.rpc)
             lc.llama_model_free(model)

@@ -3,8 +3,12 @@ to ours. Below the model and the RPC modules, which both need it."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
+import re
+import threading
+from collections.abc import Iterator
 
 import llama_cpp as lc
 
@@ -14,6 +18,12 @@ _LEVEL_INFO, _LEVEL_WARN, _LEVEL_ERROR = 2, 3, 4  # ggml_log_level
 # With RPC servers, where llama.cpp put weights, KV cache and compute buffers is worth
 # a line per device in our log ("RPC0 model buffer size = ... MiB").
 _log_buffer_sizes = False
+# "llama_kv_cache: CPU KV buffer size = 384.00 MiB": what each buffer llama.cpp allocates
+# holds, read from its log on the thread that loads (see recording_buffers).
+_BUFFER_LINE = re.compile(rb"\b(model|KV|RS|compute|output) buffer size\s*=\s*([0-9.]+) MiB")
+_BUFFER_KIND = {b"model": "weights", b"KV": "kv_cache", b"RS": "kv_cache",
+                b"compute": "compute", b"output": "compute"}
+_recorder = threading.local()
 
 
 @lc.llama_log_callback
@@ -23,8 +33,26 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         message = text.decode("utf-8", errors="replace").rstrip()
         if message:
             _llama_log.log(logging.ERROR if level == _LEVEL_ERROR else logging.WARNING, message)
-    elif level == _LEVEL_INFO and _log_buffer_sizes and b"buffer size" in text:
-        _llama_log.info(" ".join(text.decode("utf-8", errors="replace").split()))
+    elif level == _LEVEL_INFO and b"buffer size" in text:
+        sizes = getattr(_recorder, "sizes", None)
+        found = _BUFFER_LINE.search(text)
+        if sizes is not None and found:
+            kind = _BUFFER_KIND[found.group(1)]
+            sizes[kind] = sizes.get(kind, 0) + int(float(found.group(2)) * 2**20)
+        if _log_buffer_sizes:
+            _llama_log.info(" ".join(text.decode("utf-8", errors="replace").split()))
+
+
+@contextlib.contextmanager
+def recording_buffers() -> Iterator[dict[str, int]]:
+    """Bytes of the buffers llama.cpp allocates on this thread meanwhile, by what they
+    hold: `weights`, `kv_cache`, `compute` (for the memory account)."""
+    sizes: dict[str, int] = {}
+    _recorder.sizes = sizes
+    try:
+        yield sizes
+    finally:
+        _recorder.sizes = None
 
 
 def init_backend() -> None:

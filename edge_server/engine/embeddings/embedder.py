@@ -24,6 +24,7 @@ import numpy as np
 
 from ..backend.batch import DecodeBatch
 from ..backend.llama_model import LlamaModel
+from ..backend.runtime import recording_buffers
 from ..errors import EngineError, EngineOverloaded
 
 log = logging.getLogger(__name__)
@@ -152,9 +153,13 @@ class Embedder:
         # F32 path from 64 tokens, F16 below), so a text's vector would depend on what it
         # was batched with. Without it, it does not, at some speed on large batches.
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        ctx = lc.llama_init_from_model(model.model, cparams)
+        with recording_buffers() as buffers:
+            ctx = lc.llama_init_from_model(model.model, cparams)
         if not ctx:
             raise EngineError("llama.cpp could not create the embedding context")
+        # Its buffers as llama.cpp allocated them (the memory account). Its output buffer
+        # grows later with the batches it sees, up to the plan's estimate.
+        self.bytes = sum(buffers.values()) or plan.bytes
         if lc.llama_pooling_type(ctx) not in POOLING_NAMES:
             lc.llama_free(ctx)
             raise EmbeddingsUnsupported("this model's pooling gives no embedding vectors")

@@ -17,7 +17,6 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from llama_cpp.llama_grammar import (
@@ -29,6 +28,7 @@ from llama_cpp.llama_grammar import (
 )
 
 from .limits import MAX_GBNF_REPEAT, SchemaError, check_grammar
+from .schema_cache import CACHE_BYTES, ByteBoundedCache, canonical_text, schema_key
 from .schema_check import ENFORCED_FORMATS, normalize, unenforced
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "CompiledSchema",
     "SchemaError",
     "compile_schema",
+    "grammar_cache_bytes",
     "grammar_for_schema",
     "integer_range_rule",
     "name_tool_paths",
@@ -273,7 +274,6 @@ class _BoundedConverter(SchemaConverter):
         return f"({fraction} | {whole})"
 
 
-@lru_cache(maxsize=256)
 def _compile(schema_text: str, strict: bool) -> CompiledSchema:
     schema = json.loads(schema_text)
     relaxed = normalize(schema, strict=strict)
@@ -304,15 +304,29 @@ def _compile(schema_text: str, strict: bool) -> CompiledSchema:
 
 def compile_schema(schema: Any, *, strict: bool = False) -> CompiledSchema:
     """The grammar for a JSON schema, checked against the limits; each (schema, strict)
-    pair is converted once (cached). Raises SchemaError."""
+    pair is converted once (cached in bytes, keyed without annotations). Raises
+    SchemaError."""
     if not isinstance(schema, dict):
         raise SchemaError("a JSON schema must be an object")
     try:
-        # Key order matters: properties are generated in the order the schema gives.
-        text = json.dumps(schema)
+        # Annotations never change the grammar: converted and cached without them.
+        text = canonical_text(schema)
     except (ValueError, TypeError, RecursionError) as exc:
         raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
-    return _compile(text, strict)
+    return _CACHE.get_or_make(schema_key(text, strict), lambda: _compile(text, strict))
+
+
+def _compiled_size(compiled: CompiledSchema) -> int:
+    return 256 + len(compiled.grammar) + sum(len(r) for r in compiled.relaxed)
+
+
+# Converted schemas by digest, within CACHE_BYTES (a grammar is at most 512 KiB).
+_CACHE = ByteBoundedCache(CACHE_BYTES, _compiled_size)
+
+
+def grammar_cache_bytes() -> int:
+    """Memory the grammar cache holds (for the memory account)."""
+    return _CACHE.used_bytes
 
 
 def grammar_for_schema(schema: Any, *, strict: bool = False) -> str:

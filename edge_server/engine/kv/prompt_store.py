@@ -37,6 +37,7 @@ _FORMAT = 1
 class StoredPrefix:
     tokens: list[int]
     data: bytes
+    partition: str = ""  # only requests of this partition may restore it
     last_used: float = field(default_factory=time.monotonic)
     on_disk: bool = False  # already written (loaded from, or saved to, the directory)
 
@@ -61,21 +62,24 @@ class PromptStore:
     def put(self, entry: StoredPrefix) -> None:
         if len(entry.data) > self.max_bytes:
             return
-        # An entry that extends an older one makes the older one redundant.
+        # An entry that extends an older one of its partition makes the older redundant.
         self._entries = [
             e for e in self._entries
-            if not (len(e.tokens) <= len(entry.tokens)
+            if not (e.partition == entry.partition and len(e.tokens) <= len(entry.tokens)
                     and entry.tokens[: len(e.tokens)] == e.tokens)
         ]
         self._entries.append(entry)
         while self.used_bytes > self.max_bytes:
             self._entries.remove(min(self._entries, key=lambda e: e.last_used))
 
-    def best(self, prompt: list[int]) -> tuple[StoredPrefix | None, int]:
-        """The entry sharing the longest prefix with `prompt`, and that length."""
+    def best(self, prompt: list[int], partition: str) -> tuple[StoredPrefix | None, int]:
+        """The entry of `partition` sharing the longest prefix with `prompt`, and that
+        length."""
         best: StoredPrefix | None = None
         length = 0
         for entry in self._entries:
+            if entry.partition != partition:
+                continue
             n = common_prefix(entry.tokens, prompt)
             if n > length:
                 best, length = entry, n
@@ -85,8 +89,9 @@ class PromptStore:
 # --- on disk ---------------------------------------------------------------------------------
 
 
-def _file_name(tokens: list[int]) -> str:
-    digest = hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()[:32]
+def _file_name(tokens: list[int], partition: str) -> str:
+    packed = struct.pack(f"<{len(tokens)}i", *tokens) + partition.encode()
+    digest = hashlib.sha256(packed).hexdigest()[:32]
     return f"{digest}.kv"
 
 
@@ -103,12 +108,13 @@ def save_entries(directory: Path, key: str, entries: list[StoredPrefix], max_byt
         total += len(entry.data)
         if total > max_bytes:
             break
-        name = _file_name(entry.tokens)
+        name = _file_name(entry.tokens, entry.partition)
         keep.add(name)
         if entry.on_disk and (directory / name).is_file():
             continue
         header = json.dumps({
             "format": _FORMAT, "key": key, "tokens": entry.tokens,
+            "partition": entry.partition,
             "sha256": hashlib.sha256(entry.data).hexdigest(), "size": len(entry.data),
         }).encode()
         tmp = directory / f".{name}.{os.getpid()}.tmp"
@@ -158,8 +164,10 @@ def _read(path: Path, key: str, max_tokens: int) -> StoredPrefix | None:
         header = json.loads(raw[start : start + header_len])
         data = raw[start + header_len :]
         tokens = header["tokens"]
+        partition = header.get("partition", "")
         valid = (
             header.get("format") == _FORMAT
+            and isinstance(partition, str) and len(partition) <= 64
             and header.get("key") == key
             and header.get("size") == len(data)
             and hashlib.sha256(data).hexdigest() == header.get("sha256")
@@ -171,5 +179,5 @@ def _read(path: Path, key: str, max_tokens: int) -> StoredPrefix | None:
         return None
     if not valid:
         return None
-    return StoredPrefix(tokens, data, last_used=path.stat().st_mtime - time.time()
+    return StoredPrefix(tokens, data, partition, last_used=path.stat().st_mtime - time.time()
                         + time.monotonic(), on_disk=True)

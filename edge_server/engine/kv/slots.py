@@ -40,6 +40,12 @@ class Slot:
     # While a prompt is being evaluated here: all of it, so that identical prompts
     # arriving meanwhile can wait for it instead of evaluating it again.
     target: list[int] = field(default_factory=list)
+    # Whose prompts `cached` holds: only requests of this partition may reuse them.
+    partition: str = ""
+
+    def cached_for(self, partition: str) -> list[int]:
+        """What this stream holds that a request of `partition` may reuse."""
+        return self.cached if self.partition == partition else []
 
 
 @dataclass(frozen=True)
@@ -61,13 +67,14 @@ class SlotTable:
     def free_slots(self) -> list[Slot]:
         return [s for s in self.slots if not s.busy]
 
-    def choose(self, free: list[Slot], prompt: list[int]) -> Slot:
+    def choose(self, free: list[Slot], prompt: list[int], partition: str) -> Slot:
         """The free slot to serve `prompt`: one whose cache it mostly keeps; else one
         next to busy slots (filling a gap first), then the least recently used (an empty
         one first). Busy slots in one run of sequence ids decode in one graph run per
         step; each gap costs another (see step_batch)."""
         def kept_share(slot: Slot) -> float:
-            return common_prefix(slot.cached, prompt) / len(slot.cached) if slot.cached else 0
+            mine = slot.cached_for(partition)
+            return common_prefix(mine, prompt) / len(mine) if mine else 0
 
         best = max(free, key=kept_share)
         if kept_share(best) >= _REUSE_SHARE:
@@ -79,35 +86,40 @@ class SlotTable:
 
         return min(free, key=lambda s: (-busy_neighbours(s), bool(s.cached), s.last_used))
 
-    def best_source(self, prompt: list[int], dst: Slot) -> PrefixSource:
-        """Where the longest prefix of `prompt` is available right now."""
-        best = PrefixSource(common_prefix(dst.cached, prompt), slot=dst)
+    def best_source(self, prompt: list[int], dst: Slot, partition: str) -> PrefixSource:
+        """Where the longest prefix of `prompt` that `partition` may reuse is available
+        right now."""
+        best = PrefixSource(common_prefix(dst.cached_for(partition), prompt), slot=dst)
         for slot in self.slots:
             if slot is dst or slot.seq_id in self._copied_into:
                 continue
-            n = common_prefix(slot.cached, prompt)
+            n = common_prefix(slot.cached_for(partition), prompt)
             if n > best.length:
                 best = PrefixSource(n, slot=slot)
-        stored, n = self.store.best(prompt)
+        stored, n = self.store.best(prompt, partition)
         if stored is not None and n > best.length and len(stored.tokens) <= self.model.n_ctx_seq:
             best = PrefixSource(n, stored=stored)
         return best
 
-    def upcoming_source(self, prompt: list[int]) -> tuple[Slot | None, int]:
-        """A slot still evaluating a prompt that shares a longer prefix than is cached."""
+    def upcoming_source(self, prompt: list[int], partition: str) -> tuple[Slot | None, int]:
+        """A slot of `partition` still evaluating a prompt that shares a longer prefix than
+        is cached."""
         best: Slot | None = None
         length = 0
         for slot in self.slots:
-            if slot.target and len(slot.cached) < len(slot.target):
+            if (slot.target and len(slot.cached) < len(slot.target)
+                    and slot.partition == partition):
                 n = common_prefix(slot.target, prompt)
                 if n > length:
                     best, length = slot, n
         return best, length
 
-    def fill(self, slot: Slot, prompt: list[int], source: PrefixSource, *, limit: int) -> int:
+    def fill(self, slot: Slot, prompt: list[int], source: PrefixSource, *, limit: int,
+             partition: str) -> int:
         """Makes `slot` hold the longest usable prefix of `prompt` (at most `limit` tokens)
-        from `source`; returns how many prompt tokens it now holds."""
-        own = common_prefix(slot.cached, prompt)
+        from `source` for a request of `partition`; returns how many prompt tokens it now
+        holds."""
+        own = common_prefix(slot.cached_for(partition), prompt)
         length = min(source.length, limit)
         if source.slot is not slot and length >= own + _MIN_COPY_GAIN:
             if source.slot is not None:
@@ -115,6 +127,7 @@ class SlotTable:
                 return length
             self.spill(slot, keep=0)
             assert source.stored is not None
+            slot.partition = partition
             if self.model.seq_restore(slot.seq_id, source.stored.data, length):
                 source.stored.last_used = time.monotonic()
                 slot.cached = source.stored.tokens[:length]
@@ -123,7 +136,8 @@ class SlotTable:
             slot.cached = []
             own = 0
         keep = min(own, limit)
-        self.trim(slot, keep)
+        self.trim(slot, keep)  # spilled, if long, under its old partition
+        slot.partition = partition
         return keep
 
     def copy_prefix(self, src: Slot, dst: Slot, length: int) -> None:
@@ -132,6 +146,7 @@ class SlotTable:
         self.spill(dst, keep=0)
         self.model.seq_copy_prefix(src.seq_id, dst.seq_id, length)
         dst.cached = src.cached[:length]
+        dst.partition = src.partition
         self._copied_into.add(dst.seq_id)
 
     def can_copy_from(self, slot: Slot) -> bool:
@@ -157,12 +172,15 @@ class SlotTable:
         if (len(tokens) - keep < _MIN_SPILL_TOKENS or self.store.max_bytes <= 0
                 or slot.seq_id in self._copied_into):  # its buffer is not written yet
             return
-        if any(s is not slot and s.cached[: len(tokens)] == tokens for s in self.slots):
+        partition = slot.partition
+        if any(s is not slot and s.partition == partition and s.cached[: len(tokens)] == tokens
+               for s in self.slots):
             return
-        _, stored = self.store.best(tokens)
+        _, stored = self.store.best(tokens, partition)
         if stored > len(tokens) - _MIN_SPILL_TOKENS:
             return  # the store already holds all but a short tail of it
-        self.store.put(StoredPrefix(list(tokens), self.model.seq_state(slot.seq_id)))
+        self.store.put(StoredPrefix(list(tokens), self.model.seq_state(slot.seq_id),
+                                    partition))
 
     def decoded(self) -> None:
         """A decode ran: queued stream copies are done."""

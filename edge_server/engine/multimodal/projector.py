@@ -131,6 +131,12 @@ class Projector:
         self.prepared = 0  # ImageChunks alive (see MAX_PREPARED_IMAGES)
 
     @property
+    def cached_bytes(self) -> int:
+        """Embeddings of recently encoded images kept for repeats."""
+        with self._lock:
+            return sum(e.nbytes for e in self._embeddings.values())
+
+    @property
     def modalities(self) -> tuple[str, ...]:
         return (("image",) if self.vision else ()) + (("audio",) if self.audio else ())
 
