@@ -25,9 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_judge as fj  # noqa: E402
+import fuzz_nested as fn  # noqa: E402
 import fuzz_strategies as fs  # noqa: E402
 from conftest import RunningServer, loopback_url, start_server, stop_server  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 _DONE = object()
 
@@ -55,7 +57,7 @@ class Campaign:
         @settings(max_examples=self.args.requests, database=None, deadline=None,
                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
         @seed(self.args.seed)
-        @given(fs.all_cases())
+        @given(st.one_of(fs.all_cases(), fn.nested_tool_cases()))
         def produce(case: fs.Case) -> None:
             if budget["left"] <= 0 or self.stop.is_set():
                 return
