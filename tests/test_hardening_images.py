@@ -41,8 +41,10 @@ def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """One slot and a short queue timeout: image requests can be left waiting."""
     tmp = tmp_path_factory.mktemp("queued")
     projector = write_test_projector(tmp / "mmproj.gguf")
+    # No drafting and a long context: one stream can hold the slot for many seconds.
     server = start_server(tmp, "--mmproj", str(projector), "--parallel", "1",
-                          "--queue-timeout", "2", name="queued")
+                          "--queue-timeout", "2", "--draft-max", "0", "--ctx-size", "4096",
+                          name="queued")
     yield server
     stop_server(server)
 
@@ -166,28 +168,33 @@ def test_failed_requests_leave_no_prepared_images(queued: RunningServer) -> None
 
 def test_queued_image_requests_release_images_on_expiry_and_disconnect(
         queued: RunningServer) -> None:
-    body = {"model": DEFAULT_MODEL, "prompt": "Count:", "max_tokens": 1500,
-            "ignore_eos": True, "stream": True}
-    # A stream holds the only slot for as long as this block reads it.
-    with (httpx.stream("POST", f"{queued.v1}/completions", json=body, timeout=120) as busy,
-          ThreadPoolExecutor(2) as pool):
-        assert busy.status_code == 200
-        next(busy.iter_lines())
+    def busy() -> None:
+        # Holds the only slot until this client gives up (and the server cancels it).
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{queued.v1}/completions", timeout=20, json={
+                "model": DEFAULT_MODEL, "prompt": "Count:", "max_tokens": 3500,
+                "ignore_eos": True})
+
+    def leaving() -> None:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{queued.v1}/chat/completions", timeout=1.0, json={
+                "model": DEFAULT_MODEL, "max_tokens": 2, "messages": [{
+                    "role": "user", "content": [
+                        {"type": "image_url", "image_url": {"url": png_url(33)}},
+                        {"type": "text", "text": "What is it?"}]}]})
+
+    with ThreadPoolExecutor(3) as pool:
+        holder = pool.submit(busy)
+        deadline = time.monotonic() + 30
+        while not stats(queued)["busy_slots"] and time.monotonic() < deadline:
+            time.sleep(0.1)
         expiring = pool.submit(chat, queued, png_url(31), png_url(32))
-
-        def leaving() -> None:
-            with pytest.raises(httpx.TimeoutException):
-                httpx.post(f"{queued.v1}/chat/completions", timeout=1.0, json={
-                    "model": DEFAULT_MODEL, "max_tokens": 2, "messages": [{
-                        "role": "user", "content": [
-                            {"type": "image_url", "image_url": {"url": png_url(33)}},
-                            {"type": "text", "text": "What is it?"}]}]})
-
         pool.submit(leaving).result()
         expired = expiring.result()  # queued past --queue-timeout
         assert expired.status_code == 503, expired.text
-        deadline = time.monotonic() + 30
         while stats(queued)["images_prepared"] and time.monotonic() < deadline:
             time.sleep(0.2)
         # Both left the queue while the slot was still taken: their images are freed.
+        assert stats(queued)["busy_slots"] == 1
         assert stats(queued)["images_prepared"] == 0
+        holder.result()
