@@ -44,7 +44,9 @@ def _specs(opts: ServeOptions, store: ModelStore):
 
     rpc = parse_endpoints(opts.rpc)
     limits = ImageLimits(max_images=opts.max_images, max_bytes=int(opts.max_image_mb * 2**20),
-                         max_pixels=opts.max_image_pixels, fetch_urls=opts.image_urls == "on")
+                         max_pixels=opts.max_image_pixels, fetch_urls=opts.image_urls == "on",
+                         fetch_timeout=opts.image_url_timeout,
+                         fetch_networks=tuple(opts.image_url_networks))
 
     def settings(ctx_size: int, template: Path | None, mmproj: Path | None) -> EngineSettings:
         return EngineSettings(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -64,9 +65,16 @@ class ServeOptions:
     queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")
     mmproj: Path | None = _opt(None, "multimodal projector GGUF for the default model (from "
                                "--model): it then reads images (`images`, `image_url`)")
-    image_urls: str = _opt("off", "http(s) image URLs in requests: on fetches them (10 s, "
-                           "--max-image-mb), off refuses them (data URLs only: offline boxes)",
-                           choices=["on", "off"])
+    image_urls: str = _opt("off", "http(s) image URLs in requests: on fetches them "
+                           "(--image-url-timeout, --max-image-mb; public addresses only "
+                           "unless --image-url-networks), off refuses them (data URLs only: "
+                           "offline boxes)", choices=["on", "off"])
+    image_url_timeout: float = _opt(10.0, "seconds one image URL fetch may take in all "
+                                    "(resolving, connecting, redirects, the whole body)")
+    image_url_networks: list[str] = _opt(
+        [], "network (CIDR, e.g. 127.0.0.1/32 or 10.0.0.0/8; repeatable) that image URLs may "
+        "point into although it is private, loopback or link-local (refused by default)",
+        action="append")
     max_images: int = _opt(8, "images one request may carry")
     max_image_mb: float = _opt(20.0, "largest image file accepted, in MiB")
     max_image_pixels: int = _opt(25_000_000, "largest image accepted, in pixels (width x "
@@ -120,6 +128,20 @@ class ServeOptions:
                           choices=["critical", "error", "warning", "info", "debug"])
     config: Path | None = _opt(None, "TOML file of these options (keys as the flag names, "
                                "with - or _)")
+
+    def __post_init__(self) -> None:
+        # Repeated flags give lists of comma-separated lists: flatten, and check each.
+        networks: list[str] = []
+        for item in self.image_url_networks:
+            for text in [item] if isinstance(item, str) else item:
+                networks += [n.strip() for n in str(text).split(",") if n.strip()]
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"--image-url-networks: {network!r} is not a network "
+                                 "(CIDR, such as 127.0.0.1/32)") from exc
+        self.image_url_networks = networks
 
     def api_keys(self) -> list[str]:
         keys = [k for k in self.api_key if k]

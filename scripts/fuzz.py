@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_bounds as fb  # noqa: E402
 import fuzz_judge as fj  # noqa: E402
+import fuzz_nested as fn  # noqa: E402
 import fuzz_ollama as fo  # noqa: E402
 import fuzz_strategies as fs  # noqa: E402
 from conftest import RunningServer, loopback_url, start_server, stop_server  # noqa: E402
@@ -58,7 +59,8 @@ class Campaign:
         @settings(max_examples=self.args.requests, database=None, deadline=None,
                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
         @seed(self.args.seed)
-        @given(st.one_of(fs.all_cases(), fo.ollama_cases(), fb.bound_cases()))
+        @given(st.one_of(fs.all_cases(), fo.ollama_cases(), fb.bound_cases(),
+                         fn.nested_tool_cases()))
         def produce(case: fs.Case) -> None:
             if budget["left"] <= 0 or self.stop.is_set():
                 return

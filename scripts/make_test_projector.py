@@ -24,13 +24,17 @@ HIDDEN = 64
 FEED_FORWARD = 128
 HEADS = 4
 BLOCKS = 1
+MERGE = 2  # the tiling (idefics3) projector's pixel-shuffle factor
 
 
-def write_projector(out: Path, *, width: int = 576, seed: int = 0,
+def write_projector(out: Path, *, width: int = 576, seed: int = 0, tiles: int = 0,
                     skip_tensors: tuple[str, ...] = (),
                     override_u32: dict[str, int] | None = None,
                     wrong_type_keys: tuple[str, ...] = ()) -> Path:
-    """`skip_tensors`, `override_u32` and `wrong_type_keys` write broken files on purpose,
+    """`tiles` > 0 writes an `idefics3` (SmolVLM-style) projector instead, whose
+    preprocessing splits an image into an overview and up to tiles x tiles tiles: mtmd
+    then makes several image chunks of one image (4 tokens each: a 2x2 pixel shuffle).
+    `skip_tensors`, `override_u32` and `wrong_type_keys` write broken files on purpose,
     for the load checks' tests (a missing tensor, a bad head count, an INT32 key)."""
     rng = np.random.default_rng(seed)
     writer = GGUFWriter(str(out), "clip")
@@ -42,11 +46,13 @@ def write_projector(out: Path, *, width: int = 576, seed: int = 0,
         "clip.vision.block_count": BLOCKS,
         "clip.vision.attention.head_count": HEADS,
         "clip.vision.projection_dim": width,
+        **({"clip.vision.preproc_image_size": IMAGE_SIZE * tiles,
+            "clip.vision.projector.scale_factor": MERGE} if tiles else {}),
         **(override_u32 or {}),
     }
     writer.add_bool("clip.has_vision_encoder", True)
     writer.add_bool("clip.use_gelu", True)
-    writer.add_string("clip.projector_type", "mlp")
+    writer.add_string("clip.projector_type", "idefics3" if tiles else "mlp")
     for key, value in u32.items():
         if key in wrong_type_keys:
             writer.add_int32(key, value)
@@ -85,10 +91,13 @@ def write_projector(out: Path, *, width: int = 576, seed: int = 0,
         tensors[f"{prefix}.ffn_up.bias"] = vector(FEED_FORWARD)
         tensors[f"{prefix}.ffn_down.weight"] = matrix(HIDDEN, FEED_FORWARD)
         tensors[f"{prefix}.ffn_down.bias"] = vector(HIDDEN)
-    tensors["mm.0.weight"] = matrix(width, HIDDEN)
-    tensors["mm.0.bias"] = vector(width)
-    tensors["mm.2.weight"] = matrix(width, width)
-    tensors["mm.2.bias"] = vector(width)
+    if tiles:  # pixel shuffle: MERGE x MERGE patches into one token, then one projection
+        tensors["mm.model.fc.weight"] = matrix(width, HIDDEN * MERGE * MERGE)
+    else:
+        tensors["mm.0.weight"] = matrix(width, HIDDEN)
+        tensors["mm.0.bias"] = vector(width)
+        tensors["mm.2.weight"] = matrix(width, width)
+        tensors["mm.2.bias"] = vector(width)
     for name, data in tensors.items():
         if name not in skip_tensors:
             writer.add_tensor(name, data)
@@ -106,8 +115,10 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=576,
                         help="output width: the text model's embedding width")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tiles", type=int, default=0,
+                        help="write a tiling idefics3 projector (up to TILES x TILES tiles)")
     args = parser.parse_args()
-    print(write_projector(args.out, width=args.width, seed=args.seed))
+    print(write_projector(args.out, width=args.width, seed=args.seed, tiles=args.tiles))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import fuzz_bounds as fb
 import fuzz_judge as fj
+import fuzz_nested as fn
 import fuzz_ollama as fo
 import fuzz_strategies as fs
 import httpx
@@ -85,6 +86,13 @@ def test_fuzz_responses(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 @given(case=fs.request_cases(fs.MESSAGES))
 def test_fuzz_messages(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                        case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=40)
+@given(case=fn.nested_tool_cases())
+def test_fuzz_nested_tool_inputs(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                                 case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -203,36 +202,6 @@ def test_text_only_model_refuses_images(server: RunningServer) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "images"
     assert chat(server, png_url(1)).json()["error"]["param"] == (
         "messages[0].content[0].image_url")
-
-
-def test_image_urls_are_fetched_only_when_allowed(tmp_path: Path) -> None:
-    import http.server
-
-    payload = base64.b64decode(png_url(5).split(",", 1)[1])
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "image/png")
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=origin.serve_forever, daemon=True).start()
-    projector = write_test_projector(tmp_path / "mmproj.gguf")
-    server = start_server(tmp_path, "--mmproj", str(projector), "--image-urls", "on",
-                          "--parallel", "1", name="fetching")
-    try:
-        url = f"http://127.0.0.1:{origin.server_address[1]}/picture.png"
-        r = chat(server, url)
-        assert r.status_code == 200, r.text
-        assert chat(server, "http://127.0.0.1:9/none.png").status_code == 400
-    finally:
-        stop_server(server)
-        origin.shutdown()
 
 
 BROKEN_PROJECTORS = {

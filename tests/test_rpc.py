@@ -197,6 +197,8 @@ def test_rpc_server_killed_mid_stream_fails_cleanly(
         assert error is not None and error["code"] == "rpc_unavailable", events[-1]
         health = httpx.get(f"{split.base_url}/health", timeout=10)
         assert health.status_code == 503 and health.json()["status"] == "rpc_failed"
+        # /health needs no key: it must not name the RPC servers' addresses.
+        assert f":{rpc_servers[1][1]}" not in health.text, health.text
         again = httpx.post(f"{split.v1}/completions", timeout=30, json={
             "model": DEFAULT_MODEL, "prompt": "Hi", "max_tokens": 4})
         assert again.status_code == 503 and again.json()["error"]["code"] == "rpc_unavailable"

@@ -21,7 +21,7 @@ from .kv.prompt_store import PromptStore, StoredPrefix, load_entries, save_entri
 from .multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
 from .multimodal.projector_check import ProjectorError
 from .request import GenerationRequest, ImageSpan, RequestHandle
-from .scheduler import Scheduler, SchedulerSettings
+from .scheduler import STOP_TIMEOUT, Scheduler, SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,12 @@ class Engine:
         embedding = embedder.stalled_for() if embedder is not None else 0.0
         return max(self.scheduler.stalled_for(), embedding)
 
-    def close(self) -> None:
+    def close(self, stop_timeout: float = STOP_TIMEOUT) -> None:
+        """Stops the engine, saves its prompt caches and frees it. If the engine thread
+        is still inside a step after `stop_timeout` seconds, nothing is saved or freed:
+        a snapshot of KV being written would be a torn entry with a valid checksum, and
+        freeing the context under a running step crashes (the memory is reclaimed when
+        the process exits)."""
         rpc_guard.remove_listener(self._on_rpc_lost)
         if self.model.rpc and rpc_guard.failure():
             # Its threads are parked in llama.cpp: nothing here can be freed or saved.
@@ -319,7 +324,11 @@ class Engine:
             embedder, self._embedder = self._embedder, None
         if embedder is not None:
             embedder.close()  # before the weights it runs on are freed
-        self.scheduler.stop()
+        if not self.scheduler.stop(stop_timeout):
+            log.error("%s: the engine thread is still in a step after %.0f s; its prompt "
+                      "caches are not saved and its memory is not freed", self.model_id,
+                      stop_timeout)
+            return
         try:
             self._save_prompts()
         except Exception:  # a full disk must not keep the model from unloading

@@ -89,6 +89,12 @@ class GenerationRequest:
             raise EngineError("prompt tokens of a prompt with images cannot be scored",
                               status=400, code="invalid_request")
 
+    def take_images(self, taken: bool = True) -> None:
+        """Marks the prepared images as the engine's (queued: it frees them when the
+        request ends), or, with False, as their preparer's again (see image_scope)."""
+        for span in self.images:
+            span.chunk.taken = taken
+
     def close(self) -> None:
         """Frees the prepared images (the engine is done with the request)."""
         for span in self.images:

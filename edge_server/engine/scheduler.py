@@ -49,6 +49,9 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
 DEFAULT_DRAFT_MAX = 4
 _READY_TIMEOUT_S = 60.0  # start() waits this long at most for the engine thread
+# How long stopping waits for the engine thread to finish its step (a long prefill, an
+# image encode) and exit.
+STOP_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -111,23 +114,36 @@ class Scheduler:
         # time budget, once per machine): requests meanwhile would queue, and time out.
         self._ready.wait(timeout=_READY_TIMEOUT_S)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> bool:
+        """Refuses new requests, answers those waiting, and waits up to `timeout` seconds
+        for the engine thread to end its step and exit. False: it still runs (a step
+        longer than that, or one parked in llama.cpp), so the context is still in use:
+        the caller must neither read its KV nor free it."""
         for handle in self._waiting.close():
+            handle.request.close()
             handle.post([EngineError("the model is shutting down; retry shortly")])
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        if self._thread is None:
+            return True
+        self._thread.join(timeout=timeout)
+        return not self._thread.is_alive()
 
     def submit(self, request: GenerationRequest) -> RequestHandle:
         # Last guard before C code: anything refused here would otherwise abort it.
         request.check(n_ctx=self.model.n_ctx_seq, n_vocab=self.vocab.n_tokens)
         handle = RequestHandle(request, asyncio.get_running_loop())
-        self._waiting.push(handle)
+        request.take_images()  # before the push: the engine thread may end it at once
+        try:
+            self._waiting.push(handle)
+        except BaseException:
+            request.take_images(False)
+            raise
         return handle
 
     def fail_all(self, error: EngineError) -> None:
         """Any thread, for when the engine thread cannot go on (a lost RPC server): every
         queued and running request gets `error` now."""
         for handle in self._waiting.close():
+            handle.request.close()  # never admitted: the engine thread has not seen it
             handle.post([error])
         for job in list(self._jobs):
             job.handle.post([error])

@@ -68,6 +68,7 @@ class WaitingQueue:
             for handle in gone:
                 self._handles.remove(handle)
         for handle in gone:
+            handle.request.close()  # its prepared images: it never reached a slot
             if not handle.cancelled:
                 handle.post([EngineOverloaded(
                     f"no slot became free within {self.max_wait_seconds:g}s; retry later",

@@ -14,7 +14,6 @@ import binascii
 import hashlib
 import io
 import re
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,10 +24,10 @@ from ...engine import EngineOverloaded
 from ...engine.multimodal.projector import ImageLimits, ProjectorBusy, RgbImage
 from ...engine.multimodal.projector_check import ProjectorError
 from ..http.errors import APIError, from_engine_error, invalid
+from .image_fetch import FetchError, fetched
 
 _FORMATS = {"PNG", "JPEG", "WEBP", "GIF", "BMP"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w=.+-]+)*),", re.I)
-_FETCH_TIMEOUT = 10.0
 
 
 def decode_image_url(url: str, limits: ImageLimits, param: str) -> RgbImage:
@@ -56,16 +55,13 @@ def decode_image_url(url: str, limits: ImageLimits, param: str) -> RgbImage:
 
 
 def _fetch(url: str, limits: ImageLimits, param: str) -> bytes:
-    request = urllib.request.Request(url, headers={"User-Agent": "edge-server"})
     try:
-        with urllib.request.urlopen(request, timeout=_FETCH_TIMEOUT) as response:
-            data = response.read(limits.max_bytes + 1)
-    except (OSError, ValueError) as exc:
-        raise invalid(param, "the image URL could not be fetched", "image_fetch_failed") from exc
-    if len(data) > limits.max_bytes:
-        raise invalid(param, f"the image is larger than {limits.max_bytes >> 20} MiB",
-                      "image_too_large")
-    return data
+        return fetched(url, limits)
+    except FetchError as exc:
+        raise invalid(param, exc.message, exc.code) from exc
+    except TimeoutError as exc:  # a fetch not made before preparation, waited on here
+        raise invalid(param, "the image URL could not be fetched in time",
+                      "image_fetch_failed") from exc
 
 
 def decode_image_bytes(data: bytes, limits: ImageLimits, param: str) -> RgbImage:

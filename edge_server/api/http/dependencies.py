@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ...engine import Engine
+from ...engine.multimodal.image_scope import images_scope
 from ...model_pool import Lease, ModelPool, ModelUnavailable, UnknownModel
 from .body import parse_json_object
 from .errors import APIError, from_validation_error, model_not_found
@@ -96,7 +97,10 @@ async def serve_with_model(
     stream included) has been sent, or the client left: a lease is never kept."""
     lease = await acquire(request, model)
     try:
-        response = await serve(lease.engine)
+        # Images prepared for the request and not handed to the engine (a 400 after
+        # preparation, a full queue, a client gone) are freed here, not by a later GC.
+        with images_scope():
+            response = await serve(lease.engine)
     except BaseException:
         lease.release()
         raise

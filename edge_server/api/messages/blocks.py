@@ -7,8 +7,12 @@ Streamed and whole answers both go through Blocks, so both give the same content
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
+
+from ..http.errors import APIError
+from ..http.limits import MAX_JSON_DEPTH
 
 Event = tuple[str, dict[str, Any]]  # (event type, payload)
 
@@ -39,12 +43,15 @@ class Blocks:
                     events += self._append("tool_use", function["arguments"])
         return events
 
-    def close(self) -> list[Event]:
-        """Ends the open block; every tool_use block gets its input parsed."""
+    def close(self, *, parse_inputs: bool = True) -> list[Event]:
+        """Ends the open block; every tool_use block gets its input parsed (a stream
+        sent the input as JSON text already and needs no parse: `parse_inputs` False)."""
         events = self._stop()
+        if not parse_inputs:
+            return events
         for block, fragments in zip(self.blocks, self._arguments, strict=True):
             if block["type"] == "tool_use":
-                block["input"] = _object("".join(fragments))
+                block["input"] = _object("".join(fragments), block["name"])
         return events
 
     def _append(self, kind: str, text: str) -> list[Event]:
@@ -90,10 +97,33 @@ class Blocks:
         return [("content_block_stop", {"type": "content_block_stop", "index": index})]
 
 
-def _object(arguments: str) -> dict[str, Any]:
-    """A call's input; {} where the arguments were cut off (stop_reason max_tokens)."""
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"?')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def nesting_depth(text: str) -> int:
+    """How deep the JSON text's arrays and objects nest, counted without recursing
+    (brackets inside strings do not count; cut-off text counts what it opened)."""
+    depth = deepest = 0
+    for char in _NOT_BRACKETS.sub("", _STRINGS.sub("", text)):
+        depth += 1 if char in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _object(arguments: str, name: str) -> dict[str, Any]:
+    """A call's input; {} where the arguments were cut off (stop_reason max_tokens).
+    Python's parser recurses per level: input nested deeper than a request body may be
+    (which is also how it would come back in the conversation) is a 400, never a
+    RecursionError."""
+    if nesting_depth(arguments) > MAX_JSON_DEPTH:
+        raise APIError(400, f"The model's call to the tool {name!r} has an input nested "
+                       f"deeper than {MAX_JSON_DEPTH} levels, which this server does not "
+                       "return; ask for a flatter input_schema, or stream the answer "
+                       "(its input arrives as JSON text).",
+                       param="tools", code="tool_input_too_deep")
     try:
         value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -44,7 +44,7 @@ async def stream_messages(
                 text = stops.cut(delta.text, delta.finish_reason)
                 events: list[Event] = blocks.feed(output.push(text))
                 if delta.finish_reason is not None:
-                    events += blocks.feed(output.finish()) + blocks.close()
+                    events += blocks.feed(output.finish()) + blocks.close(parse_inputs=False)
                 for kind, payload in events:
                     yield sse(kind, payload)
                 if delta.finish_reason is not None:

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..common.image_fetch import with_image_urls
 from ..http.dependencies import parse_body, serve_with_model
 from ..http.errors import APIError, from_validation_error
 from .protocol import ITEM_TAGS, ResponsesRequest
@@ -37,7 +38,8 @@ async def create_response(request: Request) -> Response:
     body = await parse_body(request, ResponsesRequest, on_invalid=_named)
     check_fields(body)  # before a model is leased (or loaded) for a request it cannot serve
     return await serve_with_model(
-        request, body.model, lambda engine: _serving.create(body, engine, request)
+        request, body.model, lambda engine: with_image_urls(
+            body, engine, lambda: _serving.create(body, engine, request))
     )
 
 

@@ -91,7 +91,10 @@ async def health(request: Request) -> JSONResponse:
     rpc_failure = rpc_guard.failure()
     if rpc_failure:
         # An RPC server holding layers is gone: the split cannot serve until a restart.
-        return _json(HealthResponse(status="rpc_failed", error=rpc_failure), 503)
+        # /health needs no key, so it does not say which server (its host:port is in
+        # the log, and in the errors of requests, which need the key).
+        return _json(HealthResponse(status="rpc_failed", error="an RPC server holding "
+                                    "model layers is unreachable; see the server log"), 503)
     if not state.ready:
         return _json(HealthResponse(status="loading", default_model=models.default_id), 503)
     stalled = models.stalled(getattr(state, "watchdog_seconds", 30.0))

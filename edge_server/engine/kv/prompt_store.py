@@ -31,6 +31,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 _MAGIC = b"EDGEKV1\n"
 _FORMAT = 1
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1  # llama_token
 
 
 @dataclass
@@ -138,11 +139,14 @@ def load_entries(directory: Path, key: str, max_bytes: int,
     """Entries saved for this key; anything unreadable or foreign is skipped and removed."""
     if not directory.is_dir():
         return []
-    files = sorted(directory.glob("*.kv"), key=lambda p: p.stat().st_mtime, reverse=True)
+    # Replicas sharing a models directory save and prune it too: any file may vanish
+    # between listing it and reading it, which only means it is not loaded.
+    dated = [(mtime, path) for path in directory.glob("*.kv")
+             if (mtime := _mtime(path)) is not None]
     out: list[StoredPrefix] = []
     total = 0
-    for path in files:
-        entry = _read(path, key, max_tokens)
+    for mtime, path in sorted(dated, key=lambda item: item[0], reverse=True):
+        entry = _read(path, key, max_tokens, mtime)
         if entry is None:
             log.info("ignoring prompt cache file %s", path.name)
             path.unlink(missing_ok=True)
@@ -154,7 +158,14 @@ def load_entries(directory: Path, key: str, max_bytes: int,
     return out
 
 
-def _read(path: Path, key: str, max_tokens: int) -> StoredPrefix | None:
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _read(path: Path, key: str, max_tokens: int, mtime: float) -> StoredPrefix | None:
     try:
         raw = path.read_bytes()
         if not raw.startswith(_MAGIC) or len(raw) < len(_MAGIC) + 4:
@@ -173,11 +184,14 @@ def _read(path: Path, key: str, max_tokens: int) -> StoredPrefix | None:
             and hashlib.sha256(data).hexdigest() == header.get("sha256")
             and isinstance(tokens, list)
             and 0 < len(tokens) <= max_tokens
-            and all(isinstance(t, int) and t >= 0 for t in tokens)
+            # Image placeholders are negative (multimodal/projector.py): derived from
+            # the projector file and the image's bytes, so they match only the same
+            # image through the same projector, whose KV this entry holds.
+            and all(type(t) is int and _INT32_MIN <= t <= _INT32_MAX for t in tokens)
         )
     except (OSError, ValueError, KeyError, TypeError, struct.error):
         return None
     if not valid:
         return None
-    return StoredPrefix(tokens, data, partition, last_used=path.stat().st_mtime - time.time()
-                        + time.monotonic(), on_disk=True)
+    return StoredPrefix(tokens, data, partition,
+                        last_used=mtime - time.time() + time.monotonic(), on_disk=True)

@@ -7,16 +7,23 @@ encoder on the engine thread (llama.cpp's OpenMP keeps a worker team per calling
 thread, so all graph compute stays on that one thread).
 
 An image's tokens stand in prompts as placeholder ids: negative numbers derived from
-the image's digest, the projector file and the token's index. Equal images give equal
-ids, so the KV prefix cache, the RAM store and the saved prompt caches all recognise a
-repeated image with no code of their own, and a different image (or projector) never
-matches.
+the image's digest, the projector file, the chunk's index within the image (projectors
+such as SmolVLM's split one image into an overview and tiles, each a chunk of its own)
+and the token's index. Equal images give equal ids, so the KV prefix cache, the RAM
+store and the saved prompt caches all recognise a repeated image with no code of their
+own, and a different image, tile or projector never matches.
+
+Prepared chunks hold C memory until the engine is done with them, or until whoever
+prepared them frees them (see image_scope.py); a finalizer frees a forgotten one, and
+the count of live chunks needs no lock, so a collection on any thread (the engine's,
+inside `encode`) can never block on one.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -30,14 +37,16 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from ..backend.llama_model import LlamaModel
 from ..backend.runtime import forward_llama_log
+from .image_scope import note_prepared
 from .projector_check import ProjectorError, check_projector
 
 log = logging.getLogger(__name__)
 
 _EMBEDDING_CACHE_BYTES = 64 << 20  # encoded images kept for repeats whose KV was evicted
-# Prepared images (resized and normalised by mtmd: megabytes each for large encoders)
-# held by requests not yet done: more wait for room (ProjectorBusy), so a full queue of
-# image requests cannot exhaust memory.
+# Prepared image chunks (resized and normalised by mtmd: megabytes each for large
+# encoders; a tiling projector makes several per image) held by requests not yet done:
+# more wait for room (ProjectorBusy), so a full queue of image requests cannot exhaust
+# memory.
 MAX_PREPARED_IMAGES = 64
 
 
@@ -52,6 +61,9 @@ class ImageLimits:
     max_pixels: int = 25_000_000  # width x height of one image
     max_side: int = 2048  # larger images are scaled down before llama.cpp
     fetch_urls: bool = False  # http(s) image URLs: fetched (on) or refused (off)
+    fetch_timeout: float = 10.0  # seconds for one fetch in all (redirects, body)
+    # Networks (CIDR) fetches may reach although private, loopback or link-local.
+    fetch_networks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,7 +75,10 @@ class RgbImage:
 
 
 class ImageChunk:
-    """One image as mtmd prepared it (resized, normalised), waiting to be encoded."""
+    """One image chunk as mtmd prepared it (resized, normalised), waiting to be encoded.
+
+    Owned by whoever prepared it until the engine takes it (`taken`, set when a request
+    is queued); then the engine frees it when the request ends."""
 
     def __init__(self, ptr: int, n_tokens: int, key: bytes, placeholders: list[int],
                  on_free: Callable[[], None]) -> None:
@@ -71,6 +86,7 @@ class ImageChunk:
         self.n_tokens = n_tokens
         self.key = key
         self.placeholders = placeholders
+        self.taken = False
         self._on_free = on_free
 
     @property
@@ -79,14 +95,26 @@ class ImageChunk:
             raise RuntimeError("image chunk already freed")
         return self._ptr
 
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
     def close(self) -> None:
-        if self._ptr is not None:
-            mtmd.mtmd_input_chunk_free(self._ptr)
-            self._ptr = None
+        """Frees the chunk (once). Takes no lock: it runs from finalizers too."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            mtmd.mtmd_input_chunk_free(ptr)
             self._on_free()
 
     def __del__(self) -> None:
         self.close()
+
+
+def chunk_key(identity: bytes, image_digest: str, index: int) -> bytes:
+    """What identifies one image chunk: the projector file, the image's bytes and the
+    chunk's index within the image (an overview and its tiles share the image)."""
+    return hashlib.sha256(identity + bytes.fromhex(image_digest)
+                          + index.to_bytes(4, "little")).digest()
 
 
 def placeholder_ids(key: bytes, n_tokens: int) -> list[int]:
@@ -128,7 +156,15 @@ class Projector:
         self._lock = threading.Lock()  # the embedding cache is read off the engine thread
         self.images_encoded = 0
         self.encodes_skipped = 0
-        self.prepared = 0  # ImageChunks alive (see MAX_PREPARED_IMAGES)
+        # Ids of the ImageChunks alive (see MAX_PREPARED_IMAGES). A set of ints: adding
+        # and discarding are atomic under the GIL, so freeing a chunk takes no lock.
+        self._live: set[int] = set()
+        self._chunk_ids = itertools.count()
+
+    @property
+    def prepared(self) -> int:
+        """Image chunks alive: prepared and not yet freed."""
+        return len(self._live)
 
     @property
     def cached_bytes(self) -> int:
@@ -142,8 +178,9 @@ class Projector:
 
     def image_prompt(self, image: RgbImage) -> list[list[int] | ImageChunk]:
         """The tokens mtmd puts around an image (begin/end markers, model-specific) and
-        the image itself, in prompt order. CPU-bound (resizing): call off the loop.
-        Raises ProjectorBusy while MAX_PREPARED_IMAGES wait for the engine."""
+        the image's chunks, in prompt order. CPU-bound (resizing): call off the loop.
+        Raises ProjectorBusy while MAX_PREPARED_IMAGES chunks wait for the engine; on any
+        error the chunks made so far are freed."""
         if self.prepared >= MAX_PREPARED_IMAGES:
             raise ProjectorBusy(f"{self.prepared} images wait for the model; retry shortly")
         pixels = (ctypes.c_uint8 * len(image.pixels)).from_buffer_copy(image.pixels)
@@ -151,6 +188,7 @@ class Projector:
         if not bitmap:
             raise ProjectorError("llama.cpp refused the image")
         chunks = mtmd.mtmd_input_chunks_init()
+        pieces: list[list[int] | ImageChunk] = []
         try:
             text = mtmd.mtmd_input_text()
             text.text = self._marker
@@ -161,34 +199,53 @@ class Projector:
             status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), bitmaps, 1)
             if status != 0:
                 raise ProjectorError(f"llama.cpp could not prepare the image ({status})")
-            return [self._piece(mtmd.mtmd_input_chunks_get(chunks, i), image)
-                    for i in range(mtmd.mtmd_input_chunks_size(chunks))]
+            images = 0
+            for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+                piece = self._piece(mtmd.mtmd_input_chunks_get(chunks, i), image, images)
+                images += isinstance(piece, ImageChunk)
+                pieces.append(piece)
+            return pieces
+        except BaseException:
+            for piece in pieces:
+                if isinstance(piece, ImageChunk):
+                    piece.close()
+            raise
         finally:
             mtmd.mtmd_input_chunks_free(chunks)
             mtmd.mtmd_bitmap_free(bitmap)
 
-    def _piece(self, chunk: int, image: RgbImage) -> list[int] | ImageChunk:
+    def _piece(self, chunk: int, image: RgbImage, index: int) -> list[int] | ImageChunk:
+        """One mtmd chunk: text tokens, or the image chunk `index` (0, 1, ...: the
+        overview and tiles of a tiling projector) of `image`."""
         kind = mtmd.mtmd_input_chunk_get_type(chunk)
         if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
             count = ctypes.c_size_t(0)
             tokens = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
-            return [int(tokens[i]) for i in range(count.value)]
+            # mtmd writes LLAMA_TOKEN_NULL for a marker token the text model lacks (a
+            # projector paired with another text model): no token to decode, so none.
+            return [int(tokens[i]) for i in range(count.value) if tokens[i] >= 0]
         if kind != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
             raise ProjectorError("llama.cpp made a non-image chunk of an image")
         n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
         if mtmd.mtmd_input_chunk_get_n_pos(chunk) != n_tokens:
             raise ProjectorError("this projector places image tokens in a way not supported")
-        key = hashlib.sha256(self._identity + bytes.fromhex(image.digest)).digest()
+        key = chunk_key(self._identity, image.digest, index)
+        # The cap counts chunks: reserve this one first, so that threads preparing at
+        # once can never hold more than MAX_PREPARED_IMAGES together.
+        chunk_id = next(self._chunk_ids)
+        self._live.add(chunk_id)
+        if len(self._live) > MAX_PREPARED_IMAGES:
+            self._live.discard(chunk_id)
+            raise ProjectorBusy(f"{MAX_PREPARED_IMAGES} image chunks wait for the model; "
+                                "retry shortly")
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
+            self._live.discard(chunk_id)
             raise ProjectorError("llama.cpp could not keep the image")
-        with self._lock:
-            self.prepared += 1
-        return ImageChunk(copy, n_tokens, key, placeholder_ids(key, n_tokens), self._freed)
-
-    def _freed(self) -> None:
-        with self._lock:
-            self.prepared -= 1
+        chunk_obj = ImageChunk(copy, n_tokens, key, placeholder_ids(key, n_tokens),
+                               lambda: self._live.discard(chunk_id))
+        note_prepared(chunk_obj)
+        return chunk_obj
 
     def non_causal(self, chunk: ImageChunk) -> bool:
         """Whether the model attends over this image's tokens in both directions (Gemma 3
