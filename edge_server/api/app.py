@@ -20,12 +20,14 @@ from .http.draining import Drain, DrainGate
 from .http.errors import EXCEPTION_HANDLERS, ErrorBoundary
 from .http.metrics import Metrics, RequestCounter, metrics_route
 from .http.replica import ReplicaHeader
+from .infill.api_router import routes as infill_routes
 from .messages.api_router import routes as messages_routes
 from .messages.error_shape import AnthropicErrors
 from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
 from .routers.tokenize import routes as tokenize_routes
+from .routers.unprefixed import unprefixed_routes
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +87,9 @@ def create_app(
         middleware.append(Middleware(APIKeyAuth, keys=api_keys))
     metrics.watch_pool(pool)
     metrics.watch_drain(drain)
+    openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *model_routes]
     app = Starlette(
-        routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
+        routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
                 *tokenize_routes, *messages_routes, *response_routes, metrics_route(metrics),
                 openapi_route(secured=bool(api_keys))],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from .request import ChoiceDelta, GenerationRequest, RequestHandle
 from .sampling.chain import SamplerChain
 from .sampling.logprobs import TokenLogprob
 from .sampling.lookup_draft import LookupDraft
-from .text_stream import TextStream
+from .text_stream import IndentGuard, TextStream
 
 # Choice i of a request samples with its own seed: the request's seed for choice 0 (so
 # n=1 is repeatable with the same seed), then steps of the golden ratio.
@@ -51,6 +51,7 @@ class Choice:
     first_from: int = -1  # that token, or -1
     lookup: LookupDraft | None = None  # made at its first decode step (step_batch)
     drafts: list[int] = field(default_factory=list)  # rows after next_token this step
+    indent: IndentGuard | None = None  # with the request's min_indent
 
     @property
     def seq_id(self) -> int:
@@ -83,6 +84,17 @@ class Job:
             if choice.slot is not None and choice.slot not in seen:
                 seen.append(choice.slot)
         return seen
+
+    def over_prompt_budget(self, now: float) -> bool:
+        """Still evaluating the prompt past the request's max_prompt_ms."""
+        budget = self.request.max_prompt_ms
+        return (budget is not None and self.prefilling
+                and (now - self.admitted_at) * 1000 > budget)
+
+    def over_predict_budget(self, now: float) -> bool:
+        """Generating for longer than the request's max_predict_ms."""
+        budget, first = self.request.max_predict_ms, self.first_token_at
+        return budget is not None and first is not None and (now - first) * 1000 > budget
 
     def pending_choices(self) -> list[Choice]:
         return [c for c in self.choices if c.slot is None and not c.finished]

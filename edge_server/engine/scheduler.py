@@ -30,7 +30,7 @@ from .jobs import Choice, Job, JobStats
 from .kv.prompt_store import PromptStore
 from .kv.slots import Slot, SlotTable
 from .multimodal.projector import Projector
-from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
+from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, PromptProgress, RequestHandle
 from .sampling.chain import GrammarError
 from .sampling.logprobs import score_rows, token_logprob
 from .sampling.lookup_draft import DraftCounts
@@ -169,6 +169,7 @@ class Scheduler:
 
     def _step(self) -> None:
         self._drop_cancelled()
+        self._end_prompts_over_budget()
         self._admit()
         self._resolve_waits()
         self._seat_pending_choices()
@@ -194,6 +195,7 @@ class Scheduler:
                 self._score_prompt(job, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
+            self._report_progress(job)
             if not job.prefilling:
                 self._start_choices(job)
         for job, choice in step.firsts:
@@ -257,6 +259,10 @@ class Scheduler:
         """The prompt is in the KV cache: give the siblings seated so far a copy, and
         sample every seated choice's first token from the prompt's logits."""
         prompt = job.request.prompt_tokens
+        if job.request.max_tokens == 0:  # the prompt only (llama-server's n_predict 0)
+            for choice in job.choices:
+                job.finish_choice(choice, "length", [])
+            return
         for choice in job.choices:
             if choice.slot is None:
                 continue
@@ -301,8 +307,16 @@ class Scheduler:
             return token
         choice.generated += 1
         text = choice.text.push(self.vocab.pieces[token])
+        cut = choice.indent.cut_at(text) if choice.indent is not None else None
         if choice.text.stopped:
             job.finish_choice(choice, "stop", [token], text, scored)
+        elif cut is not None:
+            # Infill's n_indent: the completion left the block; llama-server calls it a limit.
+            job.finish_choice(choice, "length", [token], text[:cut], scored)
+        elif "\n" in text and job.over_predict_budget(time.monotonic()):
+            # Infill's t_max_predict_ms: over time, end at a line's end (as llama-server).
+            text += choice.text.finish()
+            job.finish_choice(choice, "length", [token], text, scored)
         elif (choice.generated >= request.max_tokens
               or choice.position + 1 >= self.model.n_ctx_seq):
             text += choice.text.finish()
@@ -311,6 +325,24 @@ class Scheduler:
             choice.next_token = token
             job.outbox.append(ChoiceDelta(choice.index, text, [token], None, scored))
         return token
+
+    def _report_progress(self, job: Job) -> None:
+        if job.request.return_progress:
+            job.outbox.append(PromptProgress(
+                total=len(job.request.prompt_tokens), cached=job.handle.usage.cached_tokens,
+                processed=job.prefill_at,
+                time_ms=round((time.monotonic() - job.admitted_at) * 1000, 3)))
+
+    def _end_prompts_over_budget(self) -> None:
+        """Requests still reading their prompt past max_prompt_ms end with no text; what
+        was evaluated stays cached, so the same prompt resumes from there next time."""
+        now = time.monotonic()
+        for job in self._jobs:
+            if job.over_prompt_budget(now):
+                for choice in job.choices:
+                    if not choice.finished:
+                        job.finish_choice(choice, "length", [])
+        self._finish_done_jobs()
 
     def _finish_done_jobs(self) -> None:
         done = [job for job in self._jobs if all(c.finished for c in job.choices)]
@@ -350,6 +382,7 @@ class Scheduler:
     def _start_job(self, handle: RequestHandle, free: list[Slot], others_waiting: int) -> None:
         job = open_job(self.kv, handle, free)
         self._jobs.append(job)
+        self._report_progress(job)  # the cached share, before any evaluation
         try:
             add_choices(job, self.model, self.vocab, free, others_waiting)
         except GrammarError as exc:

@@ -9,8 +9,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine import Engine, GenerationRequest
+from ..common.llama_fields import grammar_conflict
 from ..common.logprobs_format import chat_logprobs
 from ..common.serving import (
+    budgets,
     cancel_on_disconnect,
     collect,
     max_tokens_for,
@@ -86,6 +88,8 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
     tools = tooling.active_tools(req)
     forced = bool(tools) and req.tool_choice not in (None, "auto")
     if forced:
+        if sampling.grammar is not None:
+            raise grammar_conflict("tool_choice")
         sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
     prompt = chat_prompt(req.messages, engine, tools, enable_thinking=req.enable_thinking)
     request = GenerationRequest(
@@ -97,6 +101,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         n=req.n or 1,
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
         images=prompt.images,
+        **budgets(req),
     )
     mode = None
     if tools:

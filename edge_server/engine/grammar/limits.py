@@ -77,6 +77,8 @@ _TOKEN = re.compile(
       (?P<literal>"(?:[^"\\]|\\.)*")
     | (?P<cls>\[(?:[^\]\\]|\\.)*\])
     | (?P<define>::=)
+    | (?P<token>!?<(?:\[[0-9]{1,10}\]|[^<>\s\[]{1,256})>)
+    | (?P<any>\.)
     | (?P<name>[A-Za-z0-9_-]+)
     | (?P<open>\()
     | (?P<close>\))
@@ -127,7 +129,7 @@ def check_grammar(gbnf: str) -> None:
             inner = groups.pop()
             last_spawned = inner + 1
             groups[-1] += last_spawned
-        elif kind in ("literal", "cls", "name"):
+        elif kind in ("literal", "cls", "name", "token", "any"):
             last_spawned = 1
         elif kind == "op":
             _check_spawn(last_spawned, 1)
