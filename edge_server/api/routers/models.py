@@ -26,6 +26,8 @@ class ModelCard(BaseModel):
     status: Literal["loaded", "available", "not_downloaded"]
     # What requests to it may carry: "text", plus "image" / "audio" with a projector.
     input_modalities: list[str]
+    # Tokens one request may use, prompt plus completion (null: known once loaded).
+    context_length: int | None = None
 
 
 class ModelList(BaseModel):
@@ -37,6 +39,8 @@ class HealthResponse(BaseModel):
     status: Literal["ok", "loading", "error", "stalled", "draining", "rpc_failed"]
     default_model: str | None = None
     models: dict[str, dict[str, int]] | None = None
+    # Per loaded model: KV cache types (type_k, type_v) and whether flash attention is on.
+    kv_cache: dict[str, dict[str, str | bool]] | None = None
     stalled_models: list[str] | None = None
     error: str | None = None
 
@@ -45,7 +49,8 @@ def _card(models: ModelPool, spec: ModelSpec) -> ModelCard:
     status = ("loaded" if models.is_loaded(spec.id)
               else "available" if spec.path else "not_downloaded")
     return ModelCard(id=spec.id, created=spec.created(), aliases=list(spec.aliases),
-                     status=status, input_modalities=list(spec.modalities()))
+                     status=status, input_modalities=list(spec.modalities()),
+                     context_length=models.context_length(spec))
 
 
 def _json(body: BaseModel, status: int = 200) -> JSONResponse:
@@ -95,7 +100,7 @@ async def health(request: Request) -> JSONResponse:
         # manager or load balancer stops sending work and restarts us.
         return _json(HealthResponse(status="stalled", stalled_models=stalled), 503)
     return _json(HealthResponse(status="ok", default_model=models.default_id,
-                                models=models.stats()))
+                                models=models.stats(), kv_cache=models.kv_cache()))
 
 
 routes = [
