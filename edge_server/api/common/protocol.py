@@ -95,8 +95,9 @@ class SamplingRequest(BaseModel):
     @model_validator(mode="after")
     def _llama_server_aliases(self) -> SamplingRequest:
         """llama-server's names for fields this request already has."""
-        if self.n_predict is not None and "max_tokens" not in self.model_fields_set:
-            self.max_tokens = None if self.n_predict == -1 else self.n_predict or None
+        # (n_predict 0 stays as it is: see prompt_only.)
+        if self.n_predict and self.n_predict > 0 and self.max_tokens is None:
+            self.max_tokens = self.n_predict
         if self.repeat_penalty is not None and self.repetition_penalty is None:
             self.repetition_penalty = self.repeat_penalty
         if self.mirostat == 2:
@@ -109,7 +110,7 @@ class SamplingRequest(BaseModel):
     @property
     def prompt_only(self) -> bool:
         """n_predict 0: evaluate (and cache) the prompt, generate nothing."""
-        return self.n_predict == 0 and "max_tokens" not in self.model_fields_set
+        return self.n_predict == 0 and self.max_tokens is None
 
     @field_validator("stop")
     @classmethod
