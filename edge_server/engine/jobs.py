@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from .kv.slots import Slot
-from .request import ChoiceDelta, GenerationRequest, RequestHandle
+from .request import ChoiceDelta, GenerationRequest, PromptProgress, RequestHandle
 from .sampling.chain import SamplerChain
 from .sampling.logprobs import TokenLogprob
 from .sampling.lookup_draft import LookupDraft
@@ -85,11 +85,25 @@ class Job:
                 seen.append(choice.slot)
         return seen
 
-    def over_prompt_budget(self, now: float) -> bool:
-        """Still evaluating the prompt past the request's max_prompt_ms."""
+    def report_progress(self) -> None:
+        """With return_progress: how far the prompt's evaluation has come."""
+        if self.request.return_progress:
+            self.outbox.append(PromptProgress(
+                total=len(self.request.prompt_tokens), cached=self.handle.usage.cached_tokens,
+                processed=self.prefill_at,
+                time_ms=round((time.monotonic() - self.admitted_at) * 1000, 3)))
+
+    def end_if_over_prompt_budget(self, now: float) -> bool:
+        """Ends every choice, with no text, of a request still evaluating its prompt past
+        max_prompt_ms. What was evaluated stays cached (its slot keeps it), so the same
+        prompt resumes from there next time."""
         budget = self.request.max_prompt_ms
-        return (budget is not None and self.prefilling
-                and (now - self.admitted_at) * 1000 > budget)
+        if budget is None or not self.prefilling or (now - self.admitted_at) * 1000 <= budget:
+            return False
+        for choice in self.choices:
+            if not choice.finished:
+                self.finish_choice(choice, "length", [])
+        return True
 
     def over_predict_budget(self, now: float) -> bool:
         """Generating for longer than the request's max_predict_ms."""

@@ -30,7 +30,7 @@ from .jobs import Choice, Job, JobStats
 from .kv.prompt_store import PromptStore
 from .kv.slots import Slot, SlotTable
 from .multimodal.projector import Projector
-from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, PromptProgress, RequestHandle
+from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
 from .sampling.chain import GrammarError
 from .sampling.logprobs import score_rows, token_logprob
 from .sampling.lookup_draft import DraftCounts
@@ -195,7 +195,7 @@ class Scheduler:
                 self._score_prompt(job, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
-            self._report_progress(job)
+            job.report_progress()
             if not job.prefilling:
                 self._start_choices(job)
         for job, choice in step.firsts:
@@ -326,23 +326,10 @@ class Scheduler:
             job.outbox.append(ChoiceDelta(choice.index, text, [token], None, scored))
         return token
 
-    def _report_progress(self, job: Job) -> None:
-        if job.request.return_progress:
-            job.outbox.append(PromptProgress(
-                total=len(job.request.prompt_tokens), cached=job.handle.usage.cached_tokens,
-                processed=job.prefill_at,
-                time_ms=round((time.monotonic() - job.admitted_at) * 1000, 3)))
-
     def _end_prompts_over_budget(self) -> None:
-        """Requests still reading their prompt past max_prompt_ms end with no text; what
-        was evaluated stays cached, so the same prompt resumes from there next time."""
         now = time.monotonic()
-        for job in self._jobs:
-            if job.over_prompt_budget(now):
-                for choice in job.choices:
-                    if not choice.finished:
-                        job.finish_choice(choice, "length", [])
-        self._finish_done_jobs()
+        if [job for job in self._jobs if job.end_if_over_prompt_budget(now)]:
+            self._finish_done_jobs()
 
     def _finish_done_jobs(self) -> None:
         done = [job for job in self._jobs if all(c.finished for c in job.choices)]
@@ -382,7 +369,7 @@ class Scheduler:
     def _start_job(self, handle: RequestHandle, free: list[Slot], others_waiting: int) -> None:
         job = open_job(self.kv, handle, free)
         self._jobs.append(job)
-        self._report_progress(job)  # the cached share, before any evaluation
+        job.report_progress()  # the cached share, before any evaluation
         try:
             add_choices(job, self.model, self.vocab, free, others_waiting)
         except GrammarError as exc:
