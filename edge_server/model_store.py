@@ -17,6 +17,8 @@ Registry file, one table per model:
                                             # (pulled with the model), or with `path` a
                                             # local file (relative to the registry file)
     keep_alive = 600                        # seconds; overrides the server default
+    cache_type_k = "q8_0"                   # KV cache types; override --cache-type-k/-v
+    cache_type_v = "q8_0"
 """
 
 from __future__ import annotations
