@@ -5,7 +5,7 @@ llama.vscode sends: the file's text as `input_extra` chunks, the lines around th
 as `input_prefix` / `input_suffix`. Prints each request's latency and cached share, then
 the p50 latency and the smallest cached share from the second request on.
 
-    python scripts/bench_infill.py [--model PATH] [--layers 8] [--width 512] [--threads N]
+    python scripts/bench_infill.py [--model PATH] [--layers 4] [--width 256] [--threads N]
 
 Without --model it serves the synthetic FIM model of scripts/make_test_fim_model.py
 (random weights, at the given size): its latency is that of a model of that size, its
@@ -39,7 +39,7 @@ def file_of(url: str, tokens: int) -> list[str]:
     """Lines of a Python file of at least `tokens` tokens in the served vocabulary."""
     lines: list[str] = []
     while True:
-        lines += [source_line(len(lines) + k) for k in range(8)]
+        lines.append(source_line(len(lines)))
         r = httpx.post(f"{url}/tokenize", json={"model": "bench", "content": "".join(lines)})
         if len(r.json()["tokens"]) >= tokens:
             return lines
@@ -48,8 +48,8 @@ def file_of(url: str, tokens: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--n-predict", type=int, default=16)
     args = parser.parse_args()
@@ -64,8 +64,9 @@ def main() -> None:
                             env={"XDG_DATA_HOME": tmp})
         try:
             lines = file_of(server.url, FILE_TOKENS)
-            cursor = len(lines) - 6  # the cursor sits near the end of the file
-            chunks = [{"filename": "app.py", "text": "".join(lines[k:k + 16])}
+            cursor = len(lines) - 4  # the cursor sits near the end of the file
+            # llama.vscode's ring buffer: the file away from the cursor, in chunks.
+            chunks = [{"filename": "app.py", "text": "".join(lines[k:min(k + 16, cursor - 8)])}
                       for k in range(0, cursor - 8, 16)]
             prefix = "".join(lines[cursor - 8:cursor])
             suffix = "".join(lines[cursor:])
@@ -87,7 +88,8 @@ def main() -> None:
         finally:
             server.close()
     later = results[1:]
-    print(f"\nmodel {model.name}, {args.threads} threads, n_predict {args.n_predict}")
+    print(f"\nmodel {model.name}, {args.threads} threads, n_predict {args.n_predict}, file "
+          f"{FILE_TOKENS}+ tokens (extra {sum(len(c['text']) for c in chunks)} chars)")
     print(f"first request: {results[0][0] * 1000:.0f} ms")
     print(f"requests 2-{KEYSTROKES}: p50 {statistics.median(e for e, _ in later) * 1000:.0f} ms,"
           f" cached share min {min(s for _, s in later):.1%}, "

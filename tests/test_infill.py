@@ -94,14 +94,17 @@ def test_suffix_on_completions_is_infill_without_extra_context(fim) -> None:
 
 
 def test_extra_context_stays_cached_across_keystrokes(fim) -> None:
+    """The extra context comes first, and the prefix (longer than its 384-token window)
+    is cut at a line start: typing on the cursor's line re-evaluates only that line on."""
     extra = [{"filename": "lib.py", "text": FILE}]
     typed = "def g(y):\n    return y"
     shares = []
     for k in range(len(typed) - 5, len(typed) + 1):  # one keystroke after another
-        r = fim.post("/infill", json={"input_prefix": typed[:k], "input_suffix": "\n",
+        r = fim.post("/infill", json={"input_prefix": FILE + typed[:k], "input_suffix": "\n",
                                       "input_extra": extra, "n_predict": 1})
         assert r.status_code == 200, r.text
         body = r.json()
+        assert body["truncated"] is True
         shares.append(body["tokens_cached"] / body["tokens_evaluated"])
         assert body["timings"]["cache_n"] == body["tokens_cached"]
     assert all(share >= 0.9 for share in shares[1:]), shares

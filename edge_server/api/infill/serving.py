@@ -39,11 +39,29 @@ class PreparedInfill:
     truncated: bool
 
 
+def _prefix_window(engine: Engine, text: str, keep: int) -> tuple[list[int], bool]:
+    """The prefix's last `keep` tokens at most, starting at a line start: while the user
+    types on the cursor's line, the window's start stays put, so the prompt up to the
+    edit stays a cached prefix (a window cut token by token would slide every keystroke).
+    A single line longer than the window is cut token by token."""
+    tokens = text_tokens(engine, text)
+    if len(tokens) <= keep:
+        return tokens, False
+    lines = text.splitlines(keepends=True)
+    counts = [len(text_tokens(engine, line)) for line in lines]
+    total, first = sum(counts), 0
+    while first < len(lines) - 1 and total > keep:
+        total -= counts[first]
+        first += 1
+    tokens = text_tokens(engine, "".join(lines[first:]))
+    return tokens[len(tokens) - min(len(tokens), keep):], True
+
+
 def _windows(req: InfillRequest, engine: Engine) -> tuple[list[int], list[int], list[int],
                                                           list[int], bool]:
     """Extra, prefix, prompt and suffix tokens in llama-server's windows: the prefix's
-    last 3/4 of a batch, the suffix's first 1/4 (less the prompt), the extra context's
-    last n_ctx - n_batch - 2 x n_predict tokens (its newest chunks)."""
+    last 3/4 of a batch (from a line start), the suffix's first 1/4 (less the prompt),
+    the extra context's last n_ctx - n_batch - 2 x n_predict tokens (its newest chunks)."""
     n_batch, n_ctx = engine.model.n_batch, engine.n_ctx
     for name, text in (("input_prefix", req.input_prefix), ("input_suffix", req.input_suffix),
                        ("prompt", req.prompt)):
@@ -52,16 +70,14 @@ def _windows(req: InfillRequest, engine: Engine) -> tuple[list[int], list[int], 
                        "input_extra")
     chunks = [ExtraChunk(c.text, c.filename) for c in req.input_extra]
     extra = extra_context(engine, chunks)
-    prefix = text_tokens(engine, req.input_prefix)
     suffix = text_tokens(engine, req.input_suffix)
     prompt = text_tokens(engine, req.prompt)
     n_predict = max(req.max_tokens or 0, 0)
     keep_prefix = 3 * (n_batch // 4)
     keep_suffix = max(0, n_batch // 4 - (2 + len(prompt)))
     keep_extra = max(0, n_ctx - n_batch - 2 * n_predict)
-    truncated = (len(prefix) > keep_prefix or len(suffix) > keep_suffix
-                 or len(extra) > keep_extra)
-    prefix = prefix[len(prefix) - min(len(prefix), keep_prefix):]
+    prefix, cut = _prefix_window(engine, req.input_prefix, keep_prefix)
+    truncated = cut or len(suffix) > keep_suffix or len(extra) > keep_extra
     extra = extra[len(extra) - min(len(extra), keep_extra):]
     return extra, prefix, prompt, suffix[:keep_suffix], truncated
 
