@@ -180,6 +180,16 @@ def test_long_prompt_reports_progress_before_its_first_token(fim) -> None:
     assert {p["cache"] for p in before_first} == {before_first[0]["cache"]}
 
 
+def test_n_predict_minus_one_generates_until_the_context_is_full(fim) -> None:
+    # A 4,060-character prompt (one token each) in a 4,096-token context.
+    r = fim.post("/completions", json={"prompt": "a" * 4060, "n_predict": -1,
+                                       "ignore_eos": True})
+    body = r.json()
+    assert body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"] == 4096
+    assert body["usage"]["completion_tokens"] > 16  # completions default to 16 otherwise
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
 def test_infill_refusals(fim, http) -> None:
     # `http` is the SmolLM2 server: its vocabulary has no FIM tokens.
     r = http.post("/infill", json={"input_prefix": "a", "input_suffix": "b"})

@@ -141,6 +141,8 @@ def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: i
     if req.prompt_only:
         return 0
     wanted = req.max_tokens if req.max_tokens is not None else default
+    if req.max_tokens is None and req.n_predict == -1:
+        wanted = None  # llama-server's "until the context is full"
     if wanted is None:
         return room
     if wanted > room and req.context_length_exceeded_behavior == "error":
