@@ -40,20 +40,23 @@ class PreparedInfill:
 
 
 def _prefix_window(engine: Engine, text: str, keep: int) -> tuple[list[int], bool]:
-    """The prefix's last `keep` tokens at most, starting at a line start: while the user
-    types on the cursor's line, the window's start stays put, so the prompt up to the
-    edit stays a cached prefix (a window cut token by token would slide every keystroke).
-    A single line longer than the window is cut token by token."""
+    """The prefix's last `keep` tokens at most, starting at a line start chosen from the
+    lines before the cursor's line, with a quarter of the window kept for that line:
+    while the user types on it, the window's start stays put, so the prompt up to the
+    edit stays a cached prefix (llama-server's token-exact window slides every
+    keystroke). A cursor line longer than the window is cut token by token."""
     tokens = text_tokens(engine, text)
     if len(tokens) <= keep:
         return tokens, False
     lines = text.splitlines(keepends=True)
+    current = "" if text.endswith(("\n", "\r")) else lines.pop()
+    room = keep - max(len(text_tokens(engine, current)), keep // 4)
     counts = [len(text_tokens(engine, line)) for line in lines]
     total, first = sum(counts), 0
-    while first < len(lines) - 1 and total > keep:
+    while first < len(lines) and total > room:
         total -= counts[first]
         first += 1
-    tokens = text_tokens(engine, "".join(lines[first:]))
+    tokens = text_tokens(engine, "".join(lines[first:]) + current)
     return tokens[len(tokens) - min(len(tokens), keep):], True
 
 
