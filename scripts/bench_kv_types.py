@@ -90,11 +90,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--types", default=",".join(TYPES),
+                        help="comma-separated KV types; the table is relative to the first")
     args = parser.parse_args()
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
     with tempfile.TemporaryDirectory() as tmp:
         model = resolve_model(args.model, Path(tmp))
         rows = {}
-        for cache_type in TYPES:
+        for cache_type in types:
             mb = kv_mb_per_1000(model, cache_type)
             server = EdgeServer(model, args.threads, [
                 "--cache-type-k", cache_type, "--cache-type-v", cache_type, "--parallel", "8",
@@ -110,10 +113,11 @@ def main() -> None:
             finally:
                 server.close()
             print(cache_type, json.dumps(rows[cache_type]), flush=True)
-    base = rows["f16"]
+    base = rows[types[0]]
     print(f"\nmodel {model.name}, {args.threads} threads; text: {base['text_tokens']} tokens")
-    print("| type | KV MB / 1,000 tokens | tok/s 1 client (vs f16) | tok/s 8 clients (vs f16) "
-          "| mean logprob (change vs f16) |")
+    print(f"| type | KV MB / 1,000 tokens | tok/s 1 client (vs {types[0]}) | tok/s 8 clients "
+          f"(vs {types[0]}) "
+          f"| mean logprob (change vs {types[0]}) |")
     print("|---|---|---|---|---|")
     for name, row in rows.items():
         print(f"| {name} | {row['kv_mb_per_1000']:.2f} | {row['tps1']:.1f} "
