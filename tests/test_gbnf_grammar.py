@@ -54,7 +54,8 @@ def test_json_schema_field_is_a_grammar_too(http) -> None:
     'root ::= "unterminated',
     "rot ::= \"a\"",  # no root rule
     "root ::= root \"a\"",  # left recursion
-    "root ::= <[999999999]>",  # a token outside the vocabulary
+    "root ::= <[999999999]>",  # token references: refused (see below)
+    'root ::= "a" !<[7]>',  # llama.cpp aborted on this one's piece "ab" (found by the fuzz)
     "",
     "root ::= \"a\"\x00",
 ])

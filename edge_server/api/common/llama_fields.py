@@ -17,7 +17,6 @@ client gets without telling it, so every field of llama-server's list is sorted 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ...engine.grammar.limits import SchemaError, check_grammar
@@ -71,8 +70,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "id_slot": (-1,),
 }
 
-_TOKEN_ID_REF = re.compile(r"<\[([0-9]+)\]>")
-
 
 def check_llama_server_fields(extra: dict[str, Any] | None) -> None:
     """A 400 naming the first llama-server field whose value this server cannot honour."""
@@ -86,7 +83,7 @@ def check_llama_server_fields(extra: dict[str, Any] | None) -> None:
                           f"implement; accepted values: {shown}", "unsupported_parameter")
 
 
-def user_grammar(gbnf: str, n_vocab: int) -> str:
+def user_grammar(gbnf: str) -> str:
     """GBNF text from a request's `grammar`, held to the bounds of schema grammars: a 400
     naming `grammar` for text llama.cpp's parser could choke on. Whether llama.cpp then
     parses it is checked where the grammar is built (a 400 naming `grammar` as well)."""
@@ -99,10 +96,6 @@ def user_grammar(gbnf: str, n_vocab: int) -> str:
     except SchemaError as exc:
         raise invalid("grammar", str(exc).replace(" for this schema", ""),
                       "invalid_grammar") from exc
-    for match in _TOKEN_ID_REF.finditer(gbnf):
-        if int(match.group(1)) >= n_vocab:
-            raise invalid("grammar", f"token id {match.group(1)} is outside the vocabulary",
-                          "invalid_grammar")
     return gbnf
 
 

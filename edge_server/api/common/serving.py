@@ -41,7 +41,7 @@ def now() -> int:
     return int(time.time())
 
 
-def request_grammar(req: SamplingRequest, n_vocab: int) -> str | None:
+def request_grammar(req: SamplingRequest) -> str | None:
     """The grammar the request asks for: `grammar` (GBNF text), `json_schema` (llama-
     server's) or `response_format`; at most one of them."""
     given = [name for name in ("grammar", "json_schema") if getattr(req, name) is not None]
@@ -50,7 +50,7 @@ def request_grammar(req: SamplingRequest, n_vocab: int) -> str | None:
     if len(given) > 1:
         raise grammar_conflict(given[1])
     if req.grammar is not None:
-        return user_grammar(req.grammar, n_vocab)
+        return user_grammar(req.grammar)
     if req.json_schema is not None:
         return schema_grammar(req.json_schema, strict=False, param="json_schema")
     return response_grammar(req)
@@ -107,7 +107,7 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
         mirostat_target=req.mirostat_target,
         mirostat_lr=req.mirostat_lr,
         ignore_eos=bool(req.ignore_eos),
-        grammar=request_grammar(req, engine.vocab.n_tokens),
+        grammar=request_grammar(req),
     )
 
 
