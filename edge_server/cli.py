@@ -48,7 +48,9 @@ def _specs(opts: ServeOptions, store: ModelStore):
                          fetch_timeout=opts.image_url_timeout,
                          fetch_networks=tuple(opts.image_url_networks))
 
-    def settings(ctx_size: int, template: Path | None, mmproj: Path | None) -> EngineSettings:
+    def settings(entry: RegistryEntry, template: Path | None, mmproj: Path | None
+                 ) -> EngineSettings:
+        ctx_size = entry.ctx_size
         return EngineSettings(
             context=ContextSettings(
                 n_ctx=ctx_size or opts.ctx_size,
@@ -58,6 +60,8 @@ def _specs(opts: ServeOptions, store: ModelStore):
                 flash_attn=opts.flash_attn,
                 n_seq_max=max(opts.parallel, 1),
                 rpc=rpc,
+                cache_type_k=entry.cache_type_k or opts.cache_type_k,
+                cache_type_v=entry.cache_type_v or opts.cache_type_v,
             ),
             scheduler=SchedulerSettings(
                 max_waiting=opts.max_queue,
@@ -78,7 +82,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
         path = store.local_path(entry)
         return ModelSpec(
             entry.id, path, entry.aliases,
-            settings(entry.ctx_size, template or entry.chat_template_file,
+            settings(entry, template or entry.chat_template_file,
                      mmproj or store.mmproj_path(entry)),
             keep_alive=entry.keep_alive,
             missing_reason="" if path else store.missing_reason(entry),
@@ -123,6 +127,21 @@ def _allowed_hosts(opts: ServeOptions) -> list[str]:
     return hosts
 
 
+def tls_options(opts: ServeOptions) -> dict[str, str]:
+    """uvicorn's TLS settings: both files or neither, each readable (a clear message, not
+    a traceback from the ssl module at start)."""
+    files = {"ssl_certfile": opts.ssl_certfile, "ssl_keyfile": opts.ssl_keyfile}
+    given = {k: v for k, v in files.items() if v is not None}
+    if not given:
+        return {}
+    if len(given) == 1:
+        raise ValueError("--ssl-certfile and --ssl-keyfile go together: give both")
+    for name, path in given.items():
+        if not path.is_file():
+            raise ValueError(f"--{name.replace('_', '-')} {path}: no such file")
+    return {k: str(v) for k, v in given.items()}
+
+
 def serve(opts: ServeOptions) -> int:
     import uvicorn
 
@@ -140,6 +159,7 @@ def serve(opts: ServeOptions) -> int:
         store = _store(opts)
         specs, default_id, make_spec = _specs(opts, store)
         keys = opts.api_keys()
+        tls = tls_options(opts)
         replica = check_replica_name(opts.replica_name or f"{socket.gethostname()}:{opts.port}")
         # Unreachable servers fail here, clearly, not as an abort inside llama.cpp.
         check_servers(parse_endpoints(opts.rpc))
@@ -161,7 +181,8 @@ def serve(opts: ServeOptions) -> int:
                      make_spec=make_spec, allowed_hosts=_allowed_hosts(opts),
                      admitted_per_model=max(opts.parallel, 1) + opts.max_queue)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
-                            timeout_graceful_shutdown=int(opts.drain_timeout))
+                            timeout_graceful_shutdown=int(opts.drain_timeout),
+                            **tls)  # type: ignore[arg-type]
     app.state.watchdog_seconds = opts.watchdog_seconds
     server = DrainingServer(config, app.state.drain)
     exit_code = 0

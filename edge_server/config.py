@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "EDGE_SERVER_"
+# llama-server's KV cache types (engine/backend/llama_model.py KV_CACHE_TYPES).
+KV_CACHE_TYPE_NAMES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
 def default_models_dir() -> Path:
@@ -90,6 +92,11 @@ class ServeOptions:
                            "whose CPU kernel is slow on batches spanning several sequences; "
                            "llama.cpp's choice with a GPU backend), on, off",
                            choices=["auto", "on", "off"])
+    cache_type_k: str = _opt("f16", "KV cache type of keys (llama-server's --cache-type-k); "
+                             "q8_0 halves the KV cache's memory", choices=KV_CACHE_TYPE_NAMES)
+    cache_type_v: str = _opt("f16", "KV cache type of values; a quantized one turns flash "
+                             "attention on (llama.cpp needs it), and --flash-attn off with "
+                             "one is refused", choices=KV_CACHE_TYPE_NAMES)
     rpc: list[str] = _opt([], "llama.cpp rpc-server HOST:PORT that holds model layers too "
                           "(repeatable or comma-separated, at most 16; needs llama.cpp built "
                           "with RPC, see the README)", action="append")
@@ -121,6 +128,9 @@ class ServeOptions:
                                    "comma-separated); a browser request from any other "
                                    "origin but the server's own gets a 403",
                                    action="append")
+    ssl_certfile: Path | None = _opt(None, "TLS certificate chain (PEM): serve https (with "
+                                     "--ssl-keyfile)")
+    ssl_keyfile: Path | None = _opt(None, "TLS private key (PEM) of --ssl-certfile")
     max_body_mb: float = _opt(8.0, "largest request body accepted, in MiB; larger gets a 413")
     watchdog_seconds: float = _opt(30.0, "an engine step stalled this long makes /health "
                                    "answer 503 (and stops systemd watchdog pings)")

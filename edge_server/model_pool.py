@@ -194,6 +194,22 @@ class ModelPool:
     def loaded_engines(self) -> list[Engine]:
         return [x.engine for x in self._loaded.values()]
 
+    def context_length(self, spec: ModelSpec) -> int | None:
+        """Tokens one request may use (prompt plus completion) on the model: exact once
+        it is loaded, else from its configured context (None: known at load)."""
+        loaded = self._loaded.get(spec.id)
+        if loaded is not None:
+            return loaded.engine.n_ctx
+        context = spec.settings.context
+        if context.n_ctx <= 0:
+            return None
+        per_slot = context.n_ctx // max(context.n_seq_max, 1)
+        return -(-per_slot // 256) * 256  # llama.cpp rounds a stream up to 256 cells
+
+    def kv_cache(self) -> dict[str, dict[str, str | bool]]:
+        """KV cache types and flash attention of each loaded model (/health)."""
+        return {mid: x.engine.kv_cache_info() for mid, x in self._loaded.items()}
+
     async def acquire(self, name: str) -> Lease:
         spec = self.spec(name)
         lock = self._locks.setdefault(spec.id, asyncio.Lock())

@@ -17,6 +17,8 @@ Registry file, one table per model:
                                             # (pulled with the model), or with `path` a
                                             # local file (relative to the registry file)
     keep_alive = 600                        # seconds; overrides the server default
+    cache_type_k = "q8_0"                   # KV cache types; override --cache-type-k/-v
+    cache_type_v = "q8_0"
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config import KV_CACHE_TYPE_NAMES
 from .default_model import (
     DEFAULT_ALIAS,
     DEFAULT_MODEL_ALIASES,
@@ -63,6 +66,8 @@ class RegistryEntry:
     chat_template_file: Path | None = None
     mmproj: str | None = None
     keep_alive: float | None = None
+    cache_type_k: str | None = None  # None: --cache-type-k
+    cache_type_v: str | None = None
     embedded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -76,7 +81,8 @@ def embedded_entry() -> RegistryEntry:
 
 
 _KNOWN_KEYS = {"id", "aliases", "path", "repo", "file", "revision", "sha256", "ctx_size",
-               "chat_template_file", "mmproj", "keep_alive", "embedded"}
+               "chat_template_file", "mmproj", "keep_alive", "embedded", "cache_type_k",
+               "cache_type_v"}
 
 
 def load_registry(path: Path | None) -> list[RegistryEntry]:
@@ -109,6 +115,10 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
         if sha is not None and not _SHA256.match(str(sha).lower()):
             raise RegistryError(f"{where}: sha256 must be 64 hex digits")
         template = raw.get("chat_template_file")
+        for key in ("cache_type_k", "cache_type_v"):
+            if key in raw and raw[key] not in KV_CACHE_TYPE_NAMES:
+                raise RegistryError(
+                    f"{where}: {key} must be one of {', '.join(KV_CACHE_TYPE_NAMES)}")
         entries.append(RegistryEntry(
             id=str(raw["id"]),
             aliases=tuple(aliases),
@@ -121,6 +131,8 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
             chat_template_file=(path.parent / template) if template else None,
             mmproj=_mmproj(raw, path),
             keep_alive=float(raw["keep_alive"]) if "keep_alive" in raw else None,
+            cache_type_k=raw.get("cache_type_k"),
+            cache_type_v=raw.get("cache_type_v"),
         ))
     names = [n for e in entries for n in e.names]
     duplicates = {n for n in names if names.count(n) > 1}

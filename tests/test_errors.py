@@ -12,7 +12,7 @@ MSG = [{"role": "user", "content": "hi"}]
 
 CASES = [
     # (endpoint, body, status, param)
-    (CHAT, {"messages": MSG}, 400, "model"),
+    (CHAT, {"model": 5, "messages": MSG}, 400, "model"),
     (CHAT, {"model": "no-such-model", "messages": MSG}, 404, "model"),
     (COMP, {"model": "no-such-model", "prompt": "x"}, 404, "model"),
     (CHAT, {"model": DEFAULT_MODEL, "messages": MSG, "temperature": 3}, 400, "temperature"),
@@ -132,7 +132,7 @@ def test_context_overflow_error_names_sizes(http) -> None:
         },
     )
     error = r.json()["error"]
-    assert error["type"] == "exceed_context_size_error"
+    assert error["type"] == "invalid_request_error"
     assert "4096" in error["message"]
 
 
@@ -158,7 +158,7 @@ def test_truncate_lowers_max_tokens(http) -> None:
 def test_prompt_longer_than_context_is_400(http) -> None:
     r = http.post(COMP, json={"model": DEFAULT_MODEL, "prompt": [42] * 5000, "max_tokens": 1})
     assert r.status_code == 400
-    assert r.json()["error"]["type"] == "exceed_context_size_error"
+    assert r.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_unknown_route_is_404_json(http) -> None:

@@ -203,14 +203,14 @@ def test_tool_call_arguments_as_object_are_accepted(http: httpx.Client) -> None:
 def test_megabytes_of_prompt_text(server: RunningServer) -> None:
     body = {"model": DEFAULT_MODEL, "prompt": "hello world " * 500_000, "max_tokens": 2}
     error = refused_then_served(server.base_url, 400, "prompt", path=COMP, json=body)
-    assert error["type"] == "exceed_context_size_error"
+    assert error["type"] == "invalid_request_error"
 
 
 def test_megabytes_of_chat_message(server: RunningServer) -> None:
     body = {"model": DEFAULT_MODEL, "max_tokens": 2,
             "messages": [{"role": "user", "content": "hello world " * 500_000}]}
     error = refused_then_served(server.base_url, 400, "messages", json=body)
-    assert error["type"] == "exceed_context_size_error"
+    assert error["type"] == "invalid_request_error"
 
 
 def test_token_prompt_longer_than_context(server: RunningServer) -> None:

@@ -24,6 +24,7 @@ from .http.errors import EXCEPTION_HANDLERS, ErrorBoundary
 from .http.host_guard import HostGuard
 from .http.metrics import Metrics, RequestCounter, metrics_route
 from .http.replica import ReplicaHeader
+from .infill.api_router import routes as infill_routes
 from .messages.api_router import routes as messages_routes
 from .messages.error_shape import AnthropicErrors
 from .ollama.api_router import routes as ollama_routes
@@ -32,6 +33,7 @@ from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
 from .routers.tokenize import routes as tokenize_routes
+from .routers.unprefixed import unprefixed_routes
 from .webui import api_router as chat_page
 
 log = logging.getLogger(__name__)
@@ -121,8 +123,9 @@ def create_app(
     metrics.watch_pool(pool)
     metrics.watch_drain(drain)
     metrics.watch_admission(admission)
+    openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *model_routes]
     app = Starlette(
-        routes=[*completion_routes, *chat_routes, *embedding_routes, *model_routes,
+        routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
                 *tokenize_routes, *messages_routes, *response_routes, *ollama_routes,
                 metrics_route(metrics), openapi_route(secured=bool(api_keys)),
                 *(chat_page.routes() if webui else [])],

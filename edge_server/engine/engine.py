@@ -140,6 +140,10 @@ class Engine:
         """Tokens one request may use: prompt plus completion, in its own KV stream."""
         return self.model.n_ctx_seq
 
+    def kv_cache_info(self) -> dict[str, str | bool]:
+        type_k, type_v = self.model.cache_types
+        return {"type_k": type_k, "type_v": type_v, "flash_attn": self.model.flash_attn}
+
     def _cache_dir(self) -> Path | None:
         if self.settings.prompt_cache_dir is None:
             return None

@@ -6,11 +6,11 @@ import time
 from dataclasses import dataclass, field
 
 from .kv.slots import Slot
-from .request import ChoiceDelta, FinishReason, GenerationRequest, RequestHandle
+from .request import ChoiceDelta, FinishReason, GenerationRequest, PromptProgress, RequestHandle
 from .sampling.chain import Sampler
 from .sampling.logprobs import TokenLogprob
 from .sampling.lookup_draft import LookupDraft
-from .text_stream import TextStream
+from .text_stream import IndentGuard, TextStream
 
 # Choice i of a request samples with its own seed: the request's seed for choice 0 (so
 # n=1 is repeatable with the same seed), then steps of the golden ratio.
@@ -51,6 +51,7 @@ class Choice:
     first_from: int = -1  # that token, or -1
     lookup: LookupDraft | None = None  # made at its first decode step (step_batch)
     drafts: list[int] = field(default_factory=list)  # rows after next_token this step
+    indent: IndentGuard | None = None  # with the request's min_indent
 
     @property
     def seq_id(self) -> int:
@@ -83,6 +84,31 @@ class Job:
             if choice.slot is not None and choice.slot not in seen:
                 seen.append(choice.slot)
         return seen
+
+    def report_progress(self) -> None:
+        """With return_progress: how far the prompt's evaluation has come."""
+        if self.request.return_progress:
+            self.outbox.append(PromptProgress(
+                total=len(self.request.prompt_tokens), cached=self.handle.usage.cached_tokens,
+                processed=self.prefill_at,
+                time_ms=round((time.monotonic() - self.admitted_at) * 1000, 3)))
+
+    def end_if_over_prompt_budget(self, now: float) -> bool:
+        """Ends every choice, with no text, of a request still evaluating its prompt past
+        max_prompt_ms. What was evaluated stays cached (its slot keeps it), so the same
+        prompt resumes from there next time."""
+        budget = self.request.max_prompt_ms
+        if budget is None or not self.prefilling or (now - self.admitted_at) * 1000 <= budget:
+            return False
+        for choice in self.choices:
+            if not choice.finished:
+                self.finish_choice(choice, "length", [])
+        return True
+
+    def over_predict_budget(self, now: float) -> bool:
+        """Generating for longer than the request's max_predict_ms."""
+        budget, first = self.request.max_predict_ms, self.first_token_at
+        return budget is not None and first is not None and (now - first) * 1000 > budget
 
     def pending_choices(self) -> list[Choice]:
         return [c for c in self.choices if c.slot is None and not c.finished]

@@ -33,7 +33,7 @@ class ImageSpan:
 @dataclass
 class GenerationRequest:
     prompt_tokens: list[int]
-    max_tokens: int
+    max_tokens: int  # 0: evaluate (and cache) the prompt only
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
     include_stop: bool = False  # keep the matched stop string in the text
@@ -47,6 +47,11 @@ class GenerationRequest:
     # Whose cache this prompt may use and fill: prefixes are shared only between requests
     # of the same partition (an opaque id; "" for all when callers are not told apart).
     partition: str = ""
+    # Budgets and limits of code infill (llama-server's fields; any request may set them).
+    return_progress: bool = False  # post PromptProgress while the prompt is evaluated
+    max_prompt_ms: float | None = None  # prompt evaluation past this ends the request
+    max_predict_ms: float | None = None  # generation past this ends at the next newline
+    min_indent: int = 0  # a new line indented less than this ends the choice (0: off)
 
     def check(self, *, n_ctx: int, n_vocab: int) -> None:
         """Refuses what the engine cannot serve: out-of-vocabulary ids, more tokens than
@@ -61,8 +66,8 @@ class GenerationRequest:
             raise EngineError("the prompt holds a token id outside the vocabulary", status=400)
         if not 1 <= self.n <= 128:
             raise EngineError("n must be between 1 and 128", status=400)
-        if self.max_tokens < 1:
-            raise EngineError("max_tokens must be at least 1", status=400)
+        if self.max_tokens < 0:
+            raise EngineError("max_tokens may not be negative", status=400)
         # Every choice runs in a KV stream of its own, of n_ctx cells.
         if len(tokens) + self.max_tokens > n_ctx:
             raise EngineError(
@@ -114,6 +119,16 @@ class ChoiceDelta:
     token_ids: list[int]
     finish_reason: FinishReason | None = None
     logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass
+class PromptProgress:
+    """How far the prompt's evaluation has come (llama-server's `prompt_progress`)."""
+
+    total: int  # prompt tokens
+    cached: int  # read from the prefix cache, not evaluated
+    processed: int  # evaluated or cached so far, out of `total`
+    time_ms: float  # since the request was admitted
 
 
 @dataclass
@@ -183,6 +198,12 @@ class RequestHandle:
 
     async def deltas(self) -> AsyncIterator[ChoiceDelta]:
         """Yields every delta until all choices finish; raises EngineError on failure."""
+        async for item in self.events():
+            if isinstance(item, ChoiceDelta):
+                yield item
+
+    async def events(self) -> AsyncIterator[ChoiceDelta | PromptProgress]:
+        """deltas(), with the prompt progress reports of a `return_progress` request."""
         while not self._finished:
             items: object
             if self._first is not None:
@@ -197,7 +218,7 @@ class RequestHandle:
                     self._finished = True
                     raise item
                 else:
-                    assert isinstance(item, ChoiceDelta)
+                    assert isinstance(item, ChoiceDelta | PromptProgress)
                     yield item
 
 

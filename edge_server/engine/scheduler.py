@@ -210,6 +210,7 @@ class Scheduler:
 
     def _step(self) -> None:
         self._drop_cancelled()
+        self._end_prompts_over_budget()
         self._admit()
         self._resolve_waits()
         self._seat_pending_choices()
@@ -235,6 +236,7 @@ class Scheduler:
                 self._score_prompt(job, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
+            job.report_progress()
             if not job.prefilling:
                 self._start_choices(job)
         for job, choice in step.firsts:
@@ -298,6 +300,10 @@ class Scheduler:
         """The prompt is in the KV cache: give the siblings seated so far a copy, and
         sample every seated choice's first token from the prompt's logits."""
         prompt = job.request.prompt_tokens
+        if job.request.max_tokens == 0:  # the prompt only (llama-server's n_predict 0)
+            for choice in job.choices:
+                job.finish_choice(choice, "length", [])
+            return
         for choice in job.choices:
             if choice.slot is None:
                 continue
@@ -342,8 +348,16 @@ class Scheduler:
             return token
         choice.generated += 1
         text = choice.text.push(self.vocab.pieces[token])
+        cut = choice.indent.cut_at(text) if choice.indent is not None else None
         if choice.text.stopped:
             job.finish_choice(choice, "stop", [token], text, scored)
+        elif cut is not None:
+            # Infill's n_indent: the completion left the block; llama-server calls it a limit.
+            job.finish_choice(choice, "length", [token], text[:cut], scored)
+        elif "\n" in text and job.over_predict_budget(time.monotonic()):
+            # Infill's t_max_predict_ms: over time, end at a line's end (as llama-server).
+            text += choice.text.finish()
+            job.finish_choice(choice, "length", [token], text, scored)
         elif (choice.generated >= request.max_tokens
               or choice.position + 1 >= self.model.n_ctx_seq):
             text += choice.text.finish()
@@ -352,6 +366,11 @@ class Scheduler:
             choice.next_token = token
             job.outbox.append(ChoiceDelta(choice.index, text, [token], None, scored))
         return token
+
+    def _end_prompts_over_budget(self) -> None:
+        now = time.monotonic()
+        if [job for job in self._jobs if job.end_if_over_prompt_budget(now)]:
+            self._finish_done_jobs()
 
     def _finish_done_jobs(self) -> None:
         done = [job for job in self._jobs if all(c.finished for c in job.choices)]
@@ -391,6 +410,7 @@ class Scheduler:
     def _start_job(self, handle: RequestHandle, free: list[Slot], others_waiting: int) -> None:
         job = open_job(self.kv, handle, free)
         self._jobs.append(job)
+        job.report_progress()  # the cached share, before any evaluation
         try:
             add_choices(job, self.model, self.vocab, free, others_waiting)
         except GrammarError as exc:

@@ -11,7 +11,7 @@ from .kv.slots import PrefixSource, Slot, SlotTable, common_prefix
 from .request import RequestHandle
 from .sampling.chain import resolve_seed
 from .sampling.full_vocab import build_sampler
-from .text_stream import TextStream
+from .text_stream import IndentGuard, TextStream
 
 # Waiting for a slot that is evaluating the same prefix pays off from this many tokens.
 _MIN_SHARED_PREFIX = 64
@@ -58,6 +58,8 @@ def add_choices(job: Job, model: LlamaModel, vocab: Vocab, free: list[Slot],
         sampler = build_sampler(request.sampling, vocab, n_ctx=model.n_ctx_seq,
                                 seed=choice_seed(base_seed, i))
         choice = Choice(i, sampler, TextStream(request.stop, include_stop=request.include_stop))
+        if request.min_indent > 0:
+            choice.indent = IndentGuard(request.min_indent)
         job.choices.append(choice)
         sampler.prime(request.prompt_tokens)
         if i == 0:

@@ -60,3 +60,27 @@ class TextStream:
                     longest = k
                     break
         return longest
+
+
+class IndentGuard:
+    """llama-server's `n_indent` for code infill: a line after the first that starts
+    indented less than `min_indent` ends the completion before its first visible
+    character (the completion has left the block being filled in)."""
+
+    def __init__(self, min_indent: int) -> None:
+        self.min_indent = min_indent
+        self._at_line_start = False  # the first line is never checked
+        self._indent = 0
+
+    def cut_at(self, text: str) -> int | None:
+        """Where in `text` (the next emitted text) the completion must end, or None."""
+        for i, ch in enumerate(text):
+            if ch == "\n":
+                self._at_line_start, self._indent = True, 0
+            elif self._at_line_start and ch in " \t":
+                self._indent += 1
+            elif self._at_line_start:
+                self._at_line_start = False
+                if self._indent < self.min_indent:
+                    return i
+        return None

@@ -12,10 +12,12 @@ from starlette.responses import Response
 
 from ...engine import Engine, GenerationRequest
 from ...engine.request import RequestHandle
+from ..common.llama_fields import grammar_conflict
 from ..common.logprobs_format import chat_logprobs
 from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
 from ..common.serving import (
     ChoiceResult,
+    budgets,
     cancel_on_disconnect,
     collect,
     max_tokens_for,
@@ -91,6 +93,8 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
     tools = tooling.active_tools(req)
     forced = bool(tools) and req.tool_choice not in (None, "auto")
     if forced:
+        if sampling.grammar is not None:
+            raise grammar_conflict("tool_choice")
         sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
     prompt = chat_prompt(req.messages, engine, tools, enable_thinking=req.enable_thinking)
     request = GenerationRequest(
@@ -103,6 +107,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
         images=prompt.images,
         draft=req.draft is not False,
+        **budgets(req),
     )
     check_answer_size(AnswerShape(prompts=1, choices=request.n, echoed_tokens=0,
                                   echoed_bytes=0, max_tokens=request.max_tokens,

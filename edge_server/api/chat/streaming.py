@@ -13,9 +13,16 @@ from typing import Any
 from starlette.requests import Request
 
 from ...engine import Engine
-from ...engine.request import RequestHandle
+from ...engine.request import PromptProgress, RequestHandle
 from ..common.logprobs_format import chat_logprobs
-from ..common.serving import SSE_DONE, cancel_on_disconnect, sse_event, stream_deltas, usage_info
+from ..common.serving import (
+    SSE_DONE,
+    cancel_on_disconnect,
+    progress_json,
+    sse_event,
+    stream_events,
+    usage_info,
+)
 from .choice_output import ChoiceOutput
 from .protocol import ChatCompletionRequest
 
@@ -35,7 +42,10 @@ async def stream_chat(
     async with cancel_on_disconnect(http, [handle]):
         for i in range(len(outputs)):
             yield chunk(i, {"role": "assistant", "content": ""}, None)
-        async for delta in stream_deltas(handle):
+        async for delta in stream_events(handle):
+            if isinstance(delta, PromptProgress):  # only with return_progress
+                yield sse_event({**base, "choices": [], "prompt_progress": progress_json(delta)})
+                continue
             i = delta.index
             output = outputs[i]
             logprobs = (

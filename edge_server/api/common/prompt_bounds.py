@@ -9,7 +9,7 @@ from ..http.errors import APIError
 
 def too_long(param: str, message: str) -> APIError:
     return APIError(
-        400, message, type="exceed_context_size_error", param=param,
+        400, message, type="invalid_request_error", param=param,
         code="context_length_exceeded",
     )
 

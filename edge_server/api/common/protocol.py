@@ -10,9 +10,14 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ...default_model import DEFAULT_ALIAS
+from ...engine.grammar.limits import MAX_GRAMMAR_CHARS
 from ..http.limits import INT32_MAX, MAX_CACHE_KEY_CHARS, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
+
+# Longest time budget a request may set (t_max_prompt_ms, t_max_predict_ms): a day.
+MAX_BUDGET_MS = 86_400_000
 
 # Token ids as OpenAI writes them: ASCII digits only (str.isdigit() also takes "²").
 _TOKEN_ID = re.compile(r"-?[0-9]{1,10}")
@@ -44,7 +49,8 @@ class SamplingRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str
+    # Optional, as llama-server has it: absent means the model served by default.
+    model: str = DEFAULT_ALIAS
     max_tokens: int | None = Field(default=None, ge=1)
     context_length_exceeded_behavior: Literal["truncate", "error"] = "truncate"
     stream: bool | None = False
@@ -71,6 +77,42 @@ class SamplingRequest(BaseModel):
     # OpenAI's routing hint: a load balancer hashes it to keep a conversation on the replica
     # that caches its prefix (here the KV cache already matches prefixes by content).
     prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY_CHARS)
+
+    # llama-server's fields (see llama_fields.py for the ones not declared here).
+    grammar: str | None = Field(default=None, max_length=MAX_GRAMMAR_CHARS)  # GBNF text
+    json_schema: dict[str, Any] | None = None  # as response_format's schema, not strict
+    n_predict: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # -1: what fits
+    repeat_penalty: float | None = Field(default=None, gt=0.0, lt=2.0)
+    mirostat: Literal[0, 2] | None = None  # 2: mirostat v2 with tau and eta below
+    mirostat_tau: float | None = Field(default=None, gt=0.0, le=100.0)
+    mirostat_eta: float | None = Field(default=None, gt=0.0, le=1.0)
+    n_cmpl: int | None = Field(default=None, ge=1, le=128)  # llama-server's `n`
+    # The prefix cache is always on: `false` cannot be honoured.
+    cache_prompt: Literal[True] | None = None
+    return_progress: bool | None = False  # streams: prompt_progress events
+    n_indent: int | None = Field(default=None, ge=0, le=256)
+    t_max_prompt_ms: int | None = Field(default=None, ge=-1, le=MAX_BUDGET_MS)
+    t_max_predict_ms: int | None = Field(default=None, ge=-1, le=MAX_BUDGET_MS)
+
+    @model_validator(mode="after")
+    def _llama_server_aliases(self) -> SamplingRequest:
+        """llama-server's names for fields this request already has."""
+        # (n_predict 0 stays as it is: see prompt_only.)
+        if self.n_predict and self.n_predict > 0 and self.max_tokens is None:
+            self.max_tokens = self.n_predict
+        if self.repeat_penalty is not None and self.repetition_penalty is None:
+            self.repetition_penalty = self.repeat_penalty
+        if self.mirostat == 2:
+            self.mirostat_target = self.mirostat_tau or 5.0  # llama-server's defaults
+            self.mirostat_lr = self.mirostat_eta or 0.1
+        if self.n_cmpl is not None and "n" not in self.model_fields_set:
+            self.n = self.n_cmpl
+        return self
+
+    @property
+    def prompt_only(self) -> bool:
+        """n_predict 0: evaluate (and cache) the prompt, generate nothing."""
+        return self.n_predict == 0 and self.max_tokens is None
 
     @field_validator("stop")
     @classmethod

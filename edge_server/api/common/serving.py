@@ -32,10 +32,11 @@ from ...engine.grammar.json_grammar import (
     compile_schema,
     name_tool_paths,
 )
-from ...engine.request import RequestHandle
+from ...engine.request import PromptProgress, RequestHandle
 from ...engine.sampling.logprobs import TokenLogprob
 from ..http.auth import tenant_of
 from ..http.errors import APIError, from_engine_error, invalid
+from .llama_fields import check_llama_server_fields, grammar_conflict, user_grammar
 from .protocol import PromptTokensDetails, SamplingRequest, UsageInfo
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,21 @@ def new_id(prefix: str) -> str:
 
 def now() -> int:
     return int(time.time())
+
+
+def request_grammar(req: SamplingRequest) -> str | None:
+    """The grammar the request asks for: `grammar` (GBNF text), `json_schema` (llama-
+    server's) or `response_format`; at most one of them."""
+    given = [name for name in ("grammar", "json_schema") if getattr(req, name) is not None]
+    if req.response_format is not None and req.response_format.type != "text":
+        given.append("response_format")
+    if len(given) > 1:
+        raise grammar_conflict(given[1])
+    if req.grammar is not None:
+        return user_grammar(req.grammar)
+    if req.json_schema is not None:
+        return schema_grammar(req.json_schema, strict=False, param="json_schema")
+    return response_grammar(req)
 
 
 def response_grammar(req: SamplingRequest) -> str | None:
@@ -80,6 +96,7 @@ def schema_grammar(schema: dict[str, Any], *, strict: bool, param: str) -> str:
 
 
 def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
+    check_llama_server_fields(req.model_extra)
     bias: dict[int, float] = {}
     for key, value in (req.logit_bias or {}).items():
         token = int(key)
@@ -99,8 +116,21 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
         mirostat_target=req.mirostat_target,
         mirostat_lr=req.mirostat_lr,
         ignore_eos=bool(req.ignore_eos),
-        grammar=response_grammar(req),
+        grammar=request_grammar(req),
     )
+
+
+def budgets(req: SamplingRequest) -> dict[str, Any]:
+    """GenerationRequest's fields from llama-server's budgets and limits (-1 or 0: off)."""
+    def ms(value: int | None) -> float | None:
+        return float(value) if value is not None and value > 0 else None
+
+    return {
+        "return_progress": bool(req.return_progress) and bool(req.stream),
+        "max_prompt_ms": ms(req.t_max_prompt_ms),
+        "max_predict_ms": ms(req.t_max_predict_ms),
+        "min_indent": req.n_indent or 0,
+    }
 
 
 def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None) -> int:
@@ -113,11 +143,15 @@ def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: i
         raise APIError(
             400,
             f"The prompt is {prompt_len} tokens, which does not fit the context of {n_ctx} tokens.",
-            type="exceed_context_size_error",
+            type="invalid_request_error",
             param="messages" if hasattr(req, "messages") else "prompt",
             code="context_length_exceeded",
         )
+    if req.prompt_only:
+        return 0
     wanted = req.max_tokens if req.max_tokens is not None else default
+    if req.max_tokens is None and req.n_predict == -1:
+        wanted = None  # llama-server's "until the context is full"
     if wanted is None:
         return room
     if wanted > room and req.context_length_exceeded_behavior == "error":
@@ -125,7 +159,7 @@ def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: i
             400,
             f"The prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the "
             f"context of {n_ctx} tokens.",
-            type="exceed_context_size_error",
+            type="invalid_request_error",
             param="max_tokens",
             code="context_length_exceeded",
         )
@@ -248,6 +282,21 @@ async def stream_deltas(handle: RequestHandle) -> AsyncIterator[ChoiceDelta]:
             yield delta
     except EngineError as exc:
         raise from_engine_error(exc) from exc
+
+
+async def stream_events(handle: RequestHandle) -> AsyncIterator[ChoiceDelta | PromptProgress]:
+    """stream_deltas with the prompt progress of a `return_progress` request."""
+    try:
+        async for event in handle.events():
+            yield event
+    except EngineError as exc:
+        raise from_engine_error(exc) from exc
+
+
+def progress_json(progress: PromptProgress) -> dict[str, Any]:
+    """llama-server's `prompt_progress` object: `processed` counts cached tokens too."""
+    return {"total": progress.total, "cache": progress.cached,
+            "processed": progress.processed, "time_ms": progress.time_ms}
 
 
 def sse_event(payload: dict[str, Any]) -> str:

@@ -11,8 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...engine import Engine, GenerationRequest
-from ...engine.request import ImageSpan, RequestHandle
+from ...engine.request import ImageSpan, PromptProgress, RequestHandle
 from ...engine.sampling.logprobs import TokenLogprob
+from ..common.fim import fim_prompt, fim_tokens, text_tokens
 from ..common.images import check_image_count, decode_image_url, image_errors
 from ..common.logprobs_format import completion_logprobs
 from ..common.prompt_bounds import check_prompt_bytes, check_token_count
@@ -20,17 +21,19 @@ from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer
 from ..common.serving import (
     SSE_DONE,
     ChoiceResult,
+    budgets,
     cancel_on_disconnect,
     check_prompt_tokens,
     collect,
     max_tokens_for,
     new_id,
     now,
+    progress_json,
     sampling_params,
     sse_event,
     sse_response,
     sse_with_errors,
-    stream_deltas,
+    stream_events,
     submit,
     sum_usage,
     usage_info,
@@ -136,21 +139,10 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
 
 
 def fill_in_the_middle(prefix: str, suffix: str, engine: Engine) -> list[int]:
-    """[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>: the model writes the middle."""
-    fim = engine.vocab.fim
-    if min(fim.values()) < 0:
-        raise unsupported(
-            "suffix", "needs a model with fill-in-the-middle tokens; this one has none"
-        )
-    head = [engine.vocab.bos] if engine.vocab.add_bos and engine.vocab.bos >= 0 else []
-    return [
-        *head,
-        fim["pre"],
-        *engine.tokenize(prefix, add_special=False),
-        fim["suf"],
-        *engine.tokenize(suffix, add_special=False),
-        fim["mid"],
-    ]
+    """The FIM layout of POST /infill without extra context: the model writes the middle."""
+    fim = fim_tokens(engine, "suffix")
+    return fim_prompt(engine, fim, extra=[], prefix=text_tokens(engine, prefix),
+                      suffix=text_tokens(engine, suffix))
 
 
 def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
@@ -175,6 +167,7 @@ def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
             prompt_logprobs=bool(req.echo and req.logprobs is not None),
             images=p.images,
             draft=req.draft is not False,
+            **budgets(req),
         )
         for p in prompts
     ]
@@ -324,6 +317,10 @@ class CompletionsServing:
             # first delta, so each echo chunk waits for its request's first delta.
             echoed = [not req.echo] * len(prompts)
             async for p_index, delta in _merged(handles):
+                if isinstance(delta, PromptProgress):  # only with return_progress
+                    yield sse_event({**meta, "object": "text_completion", "choices": [],
+                                     "prompt_progress": progress_json(delta)})
+                    continue
                 if not echoed[p_index]:
                     echoed[p_index] = True
                     prompt = prompts[p_index]
@@ -360,7 +357,7 @@ class CompletionsServing:
 async def _merged(handles: list[RequestHandle]):
     """Deltas of several requests as they come, tagged with the request's position."""
     if len(handles) == 1:
-        async for delta in stream_deltas(handles[0]):
+        async for delta in stream_events(handles[0]):
             yield 0, delta
         return
     queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
@@ -368,7 +365,7 @@ async def _merged(handles: list[RequestHandle]):
 
     async def pump(i: int, handle: RequestHandle) -> None:
         try:
-            async for delta in stream_deltas(handle):
+            async for delta in stream_events(handle):
                 await queue.put((i, delta))
         except Exception as exc:
             await queue.put((i, exc))

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...default_model import DEFAULT_ALIAS
 from ..http.limits import token_ids
 
 MAX_EMBEDDING_INPUTS = 2048  # inputs of one request (OpenAI's limit)
@@ -16,7 +17,7 @@ EmbeddingInput = str | list[str] | list[int] | list[list[int]]
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str
+    model: str = DEFAULT_ALIAS  # optional, as llama-server has it: the default model
     input: EmbeddingInput
     encoding_format: Literal["float", "base64"] | None = "float"
     # Only the model's own width is served (no truncated vectors); checked per model.

@@ -18,7 +18,8 @@ from .errors import APIError
 
 # The doors that queue for a slot of a model's engine.
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses",
-                              "/v1/messages", "/api/chat", "/api/generate"})
+                              "/v1/messages", "/api/chat", "/api/generate", "/completions",
+                              "/chat/completions", "/infill"})
 RETRY_AFTER_SECONDS = 1
 
 

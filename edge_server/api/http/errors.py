@@ -93,7 +93,9 @@ def from_engine_error(exc: EngineError) -> APIError:
             headers={"Retry-After": str(exc.retry_after)},
         )
     kind = "invalid_request_error" if exc.status == 400 else "server_error"
-    return APIError(exc.status, str(exc), type=kind, code=exc.code)
+    # llama.cpp refusing a grammar: generated grammars always parse, so it was `grammar`.
+    param = "grammar" if exc.code == "invalid_grammar" else None
+    return APIError(exc.status, str(exc), type=kind, code=exc.code, param=param)
 
 
 _UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict"}

@@ -27,6 +27,8 @@ class ModelCard(BaseModel):
     status: Literal["loaded", "available", "not_downloaded"]
     # What requests to it may carry: "text", plus "image" / "audio" with a projector.
     input_modalities: list[str]
+    # Tokens one request may use, prompt plus completion (null: known once loaded).
+    context_length: int | None = None
 
 
 class ModelList(BaseModel):
@@ -38,6 +40,8 @@ class HealthResponse(BaseModel):
     status: Literal["ok", "loading", "error", "stalled", "draining", "rpc_failed"]
     default_model: str | None = None
     models: dict[str, dict[str, int]] | None = None
+    # Per loaded model: KV cache types (type_k, type_v) and whether flash attention is on.
+    kv_cache: dict[str, dict[str, str | bool]] | None = None
     stalled_models: list[str] | None = None
     # Bytes: the resident set (`rss`) and its parts (see the memory account).
     memory: dict[str, int] | None = None
@@ -50,7 +54,8 @@ def _card(models: ModelPool, spec: ModelSpec) -> ModelCard:
         else "available" if spec.path else "not_downloaded"
     )
     return ModelCard(id=spec.id, created=spec.created(), aliases=list(spec.aliases),
-                     status=status, input_modalities=list(spec.modalities()))
+                     status=status, input_modalities=list(spec.modalities()),
+                     context_length=models.context_length(spec))
 
 
 def _json(body: BaseModel, status: int = 200) -> JSONResponse:
@@ -103,7 +108,8 @@ async def health(request: Request) -> JSONResponse:
         # manager or load balancer stops sending work and restarts us.
         return _json(HealthResponse(status="stalled", stalled_models=stalled), 503)
     return _json(HealthResponse(status="ok", default_model=models.default_id,
-                                models=models.stats(), memory=memory_account(models)))
+                                models=models.stats(), memory=memory_account(models),
+                                kv_cache=models.kv_cache()))
 
 
 routes = [

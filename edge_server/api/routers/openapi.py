@@ -25,6 +25,7 @@ from ..chat.protocol import ChatCompletionRequest, ChatCompletionResponse
 from ..completions.protocol import CompletionRequest, CompletionResponse
 from ..embeddings.protocol import EmbeddingRequest, EmbeddingResponse
 from ..http.errors import ErrorResponse
+from ..infill.protocol import InfillRequest, InfillResponse
 from ..messages.protocol import (
     AnthropicErrorResponse,
     CountTokensRequest,
@@ -36,6 +37,7 @@ from ..ollama import protocol as ollama
 from ..responses.protocol import ResponseObject, ResponsesRequest
 from .models import HealthResponse, ModelCard, ModelList
 from .tokenize import DetokenizeRequest, TokenizeRequest
+from .unprefixed import UNPREFIXED_PATHS, without_v1
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +152,18 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/webui/{name}"): Operation(
         "chatPageFile", "A script, style sheet, icon or license of the chat page",
         media_type="text/javascript", open=True),
+    ("POST", "/infill"): Operation(
+        "createInfill", "Code infill at the cursor (llama-server's API, as llama.vscode and "
+        "llama.vim send it)", InfillRequest, InfillResponse, streams=True,
+        errors=_MODEL_ERRORS,
+        events="With `stream: true`: `data: {\"content\", \"stop\": false}` events, then "
+               "the whole answer with `stop: true`"),
 }
+# llama-server's paths of the OpenAI routes (no /v1): the same operations.
+for (_method, _path), _op in list(OPERATIONS.items()):
+    if _path.replace("{model}", "{model:path}") in UNPREFIXED_PATHS:
+        OPERATIONS[(_method, without_v1(_path))] = dataclasses.replace(
+            _op, id=_op.id + "Unprefixed", summary=_op.summary + " (llama-server's path)")
 
 _STATUS_TEXT = {400: "Invalid request", 404: "Unknown model", 413: "Request body too large",
                 429: "Queue full; retry after `Retry-After` seconds",

@@ -37,6 +37,31 @@ class ContextSettings:
     repack: str = "auto"  # CPU extra buffers (AMX/AVX repacked weights): auto, on, off
     flash_attn: str = "auto"  # auto (see flash_attn_type), on, off
     rpc: tuple[Endpoint, ...] = ()  # llama.cpp RPC servers that hold layers too
+    cache_type_k: str = "f16"  # KV cache element types (KV_CACHE_TYPES)
+    cache_type_v: str = "f16"
+
+
+# llama-server's --cache-type-k / --cache-type-v choices, as ggml type ids.
+KV_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3,
+                  "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
+_UNQUANTIZED = ("f32", "f16", "bf16")
+
+
+def kv_flash_attn(settings: ContextSettings, head_dim: int) -> int:
+    """flash_attn_type for the settings: llama.cpp stores a quantized V cache only with
+    flash attention, so it is turned on for one, and `--flash-attn off` with one is a
+    clear refusal rather than a failed context."""
+    for name in (settings.cache_type_k, settings.cache_type_v):
+        if name not in KV_CACHE_TYPES:
+            raise ModelLoadError(f"unknown KV cache type {name!r}; one of "
+                                 f"{', '.join(KV_CACHE_TYPES)}")
+    if settings.cache_type_v in _UNQUANTIZED:
+        return flash_attn_type(settings.flash_attn, head_dim)
+    if settings.flash_attn == "off":
+        raise ModelLoadError(f"a quantized V cache ({settings.cache_type_v}) needs flash "
+                             "attention, and --flash-attn is off; turn it on (or auto), or "
+                             "keep --cache-type-v f16")
+    return int(lc.LLAMA_FLASH_ATTN_TYPE_ENABLED)
 
 
 # On CPU, flash attention pays from this attention head width up (see flash_attn_type).
@@ -190,7 +215,14 @@ class LlamaModel:
         # A stream per sequence (as llama-server runs): with one unified buffer every
         # token would attend over every sequence's cells, masked out but still computed.
         cparams.kv_unified = False
-        cparams.flash_attn_type = flash_attn_type(settings.flash_attn, head_dim(model))
+        try:
+            cparams.flash_attn_type = kv_flash_attn(settings, head_dim(model))
+        except ModelLoadError:
+            rpc_guard.unwatch(settings.rpc)
+            lc.llama_model_free(model)
+            raise
+        cparams.type_k = KV_CACHE_TYPES[settings.cache_type_k]
+        cparams.type_v = KV_CACHE_TYPES[settings.cache_type_v]
         cparams.no_perf = True
         with recording_buffers() as context_buffers:
             ctx = lc.llama_init_from_model(model, cparams)
@@ -199,7 +231,9 @@ class LlamaModel:
         if not ctx:
             rpc_guard.unwatch(settings.rpc)
             lc.llama_model_free(model)
-            raise ModelLoadError(f"llama.cpp could not create a context for {path.name}")
+            raise ModelLoadError(
+                f"llama.cpp could not create a context for {path.name} (KV cache types "
+                f"{settings.cache_type_k}/{settings.cache_type_v}: a backend may lack them)")
         self.ctx = ctx
         self.memory = lc.llama_get_memory(ctx)
         self.n_ctx: int = lc.llama_n_ctx(ctx)
@@ -209,6 +243,8 @@ class LlamaModel:
         self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells of one sequence's stream
         # What saved sequence states depend on besides the model file.
         self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}"
+        self.cache_types = (settings.cache_type_k, settings.cache_type_v)
+        self.flash_attn = cparams.flash_attn_type == lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
         self.n_threads = threads  # the most any step uses
         self._threads_now = threads
         self.metadata = self._read_metadata()

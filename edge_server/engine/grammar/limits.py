@@ -77,6 +77,8 @@ _TOKEN = re.compile(
       (?P<literal>"(?:[^"\\]|\\.)*")
     | (?P<cls>\[(?:[^\]\\]|\\.)*\])
     | (?P<define>::=)
+    | (?P<token>!?<(?:\[[0-9]{1,10}\]|[^<>\s\[]{1,256})>)
+    | (?P<any>\.)
     | (?P<name>[A-Za-z0-9_-]+)
     | (?P<open>\()
     | (?P<close>\))
@@ -127,7 +129,13 @@ def check_grammar(gbnf: str) -> None:
             inner = groups.pop()
             last_spawned = inner + 1
             groups[-1] += last_spawned
-        elif kind in ("literal", "cls", "name"):
+        elif kind == "token":
+            # llama.cpp aborts the process (an exception through its C API) when a
+            # sampled token's text runs from characters into a token element, as in
+            # `"a" !<[7]>` and the piece "ab": token references are not accepted.
+            raise SchemaError(f"the grammar refers to a token ({m.group()}) at offset "
+                              f"{m.start()}; token references are not supported")
+        elif kind in ("literal", "cls", "name", "any"):
             last_spawned = 1
         elif kind == "op":
             _check_spawn(last_spawned, 1)

@@ -1,0 +1,112 @@
+"""Writes a tiny llama-architecture GGUF model for TESTS ONLY: random weights and a
+character-level vocabulary that declares fill-in-the-middle tokens (prefix, suffix,
+middle, pad, repo name, file separator), which neither of the real test models has.
+
+What it writes means nothing; every mechanism around it is real: llama.cpp loads it,
+tokenizes with it (SentencePiece-style, one token per printable ASCII character, bytes
+for the rest), reports its FIM tokens, and generates from it. The output is deterministic
+(a fixed seed), so tests rebuild it instead of shipping a binary file.
+
+    python scripts/make_test_fim_model.py OUT.gguf [--layers 2] [--width 128] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter
+
+# Token types of llama.cpp's vocabulary (llama_token_type).
+_NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
+FIM_TOKENS = {
+    "fim_pre": "<|fim_prefix|>",
+    "fim_suf": "<|fim_suffix|>",
+    "fim_mid": "<|fim_middle|>",
+    "fim_pad": "<|fim_pad|>",
+    "fim_rep": "<|repo_name|>",
+    "fim_sep": "<|file_sep|>",
+}
+HEADS = 4
+CONTEXT = 8192
+
+
+def vocabulary() -> tuple[list[str], list[int]]:
+    """<unk> <s> </s>, the 256 byte tokens, the FIM tokens, then printable ASCII."""
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [_UNKNOWN, _CONTROL, _CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [_BYTE] * 256
+    tokens += list(FIM_TOKENS.values())
+    types += [_CONTROL] * len(FIM_TOKENS)
+    tokens += ["▁"] + [chr(c) for c in range(33, 127)]  # "▁": SentencePiece's space
+    types += [_NORMAL] * 95
+    return tokens, types
+
+
+def write_model(out: Path, *, layers: int = 2, width: int = 128, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    tokens, types = vocabulary()
+    n_vocab, n_ff = len(tokens), 2 * width
+    writer = GGUFWriter(str(out), "llama")
+    writer.add_name("edge-server-test-fim")
+    writer.add_context_length(CONTEXT)
+    writer.add_embedding_length(width)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(HEADS)
+    writer.add_rope_dimension_count(width // HEADS)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(1)  # mostly F16
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * n_vocab)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_bool("tokenizer.ggml.add_space_prefix", False)
+    for name, text in FIM_TOKENS.items():
+        writer.add_uint32(f"tokenizer.ggml.{name}_token_id", tokens.index(text))
+
+    def matrix(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
+
+    def norm() -> np.ndarray:
+        return np.ones(width, dtype=np.float32)
+
+    writer.add_tensor("token_embd.weight", matrix(n_vocab, width))
+    writer.add_tensor("output_norm.weight", norm())
+    writer.add_tensor("output.weight", matrix(n_vocab, width))
+    for i in range(layers):
+        block = f"blk.{i}"
+        writer.add_tensor(f"{block}.attn_norm.weight", norm())
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(f"{block}.{name}.weight", matrix(width, width))
+        writer.add_tensor(f"{block}.ffn_norm.weight", norm())
+        writer.add_tensor(f"{block}.ffn_gate.weight", matrix(n_ff, width))
+        writer.add_tensor(f"{block}.ffn_up.weight", matrix(n_ff, width))
+        writer.add_tensor(f"{block}.ffn_down.weight", matrix(width, n_ff))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(write_model(args.out, layers=args.layers, width=args.width, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()
