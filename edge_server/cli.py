@@ -40,7 +40,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
     from .engine.backend.rpc_devices import parse_endpoints
     from .engine.multimodal.projector import ImageLimits
-    from .model_pool import ModelSpec
+    from .model_spec import ModelSpec
 
     rpc = parse_endpoints(opts.rpc)
     limits = ImageLimits(max_images=opts.max_images, max_bytes=int(opts.max_image_mb * 2**20),

@@ -11,6 +11,8 @@ from __future__ import annotations
 from .backend.batch import decode_embeddings
 from .backend.llama_model import LlamaModel
 from .errors import EngineError
+from .jobs import Job
+from .kv.slots import SlotTable
 from .multimodal.projector import Projector
 from .request import GenerationRequest, ImageSpan
 
@@ -53,4 +55,30 @@ def decode_image(model: LlamaModel, projector: Projector, span: ImageSpan,
             projector.set_causal(model, True)
     if status != 0:
         return EngineError(f"llama_decode failed on an image ({status})")
+    return None
+
+
+def decode_next_image(jobs: list[Job], model: LlamaModel, projector: Projector | None,
+                      kv: SlotTable) -> tuple[Job, EngineError] | None:
+    """Decodes the first image a prefilling job has reached: one per step, so other
+    sequences keep getting tokens while a long prompt's images are encoded. Returns the
+    job and its error when the image could not be decoded (the caller aborts it)."""
+    for job in jobs:
+        if not job.prefilling or job.wait_for is not None or not job.request.images:
+            continue
+        span = image_at(job.request, job.prefill_at)
+        if span is None:
+            continue
+        if span.start < job.prefill_at:  # never expected: restart the image whole
+            kv.trim(job.slot, span.start)
+            job.prefill_at = len(job.slot.cached)
+            continue
+        assert projector is not None
+        error = decode_image(model, projector, span, job.slot.seq_id)
+        kv.decoded()
+        if error is not None:
+            return job, error
+        job.slot.cached.extend(span.chunk.placeholders)
+        job.prefill_at = span.end
+        return None
     return None

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from .backend.llama_model import LlamaModel
 from .kv.slots import Slot
 from .request import ChoiceDelta, FinishReason, GenerationRequest, PromptProgress, RequestHandle
 from .sampling.chain import Sampler
-from .sampling.logprobs import TokenLogprob
+from .sampling.logprobs import TokenLogprob, score_rows
 from .sampling.lookup_draft import LookupDraft
 from .text_stream import IndentGuard, TextStream
 
@@ -104,6 +105,22 @@ class Job:
             if not choice.finished:
                 self.finish_choice(choice, "length", [])
         return True
+
+    def score_prompt(self, model: LlamaModel, end: int, first_row: int) -> None:
+        """Scores the prompt tokens evaluated this step, up to `end`: the row of token j
+        holds the distribution of token j+1."""
+        handle, prompt = self.handle, self.request.prompt_tokens
+        if self.prefill_at == 0:
+            handle.prompt_logprobs.append(None)  # the first token has no context
+        last = min(end, len(prompt) - 1)
+        if last > self.prefill_at:
+            handle.prompt_logprobs.extend(
+                score_rows(
+                    model.logits_rows(first_row, last - self.prefill_at),
+                    prompt[self.prefill_at + 1 : last + 1],
+                    self.request.logprobs or 0,
+                )
+            )
 
     def over_predict_budget(self, now: float) -> bool:
         """Generating for longer than the request's max_predict_ms."""

@@ -27,14 +27,14 @@ from .backend.llama_model import LlamaModel
 from .backend.step_cost import StepCost, load_or_measure
 from .backend.thread_tuner import ThreadTuner
 from .errors import EngineError
-from .image_prefill import decode_image, image_at
+from .image_prefill import decode_next_image
 from .jobs import Choice, Job, JobStats
 from .kv.prompt_store import PromptStore
 from .kv.slots import Slot, SlotTable
 from .multimodal.projector import Projector
 from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
 from .sampling.chain import GrammarError
-from .sampling.logprobs import score_rows, token_logprob
+from .sampling.logprobs import token_logprob
 from .sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
 from .seating import add_choices, open_job, resolve_wait, seat_pending_choices
 from .step_batch import fill_step_batch, plan_drafts
@@ -214,7 +214,9 @@ class Scheduler:
         self._admit()
         self._resolve_waits()
         self._seat_pending_choices()
-        self._decode_next_image()
+        failed = decode_next_image(self._jobs, self.model, self.projector, self.kv)
+        if failed is not None:
+            self._abort(*failed)
         if not self._jobs:
             return
         batch = self._batch
@@ -233,7 +235,7 @@ class Scheduler:
 
         for job, end, first_row in step.prefill:
             if job.request.prompt_logprobs:
-                self._score_prompt(job, end, first_row)
+                job.score_prompt(self.model, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
             job.report_progress()
@@ -267,29 +269,6 @@ class Scheduler:
                 assert choice.slot is not None
                 self.kv.drop_unconfirmed(choice.slot)
 
-    def _decode_next_image(self) -> None:
-        """Decodes the first image a prefilling job has reached: one per step, so other
-        sequences keep getting tokens while a long prompt's images are encoded."""
-        for job in self._jobs:
-            if not job.prefilling or job.wait_for is not None or not job.request.images:
-                continue
-            span = image_at(job.request, job.prefill_at)
-            if span is None:
-                continue
-            if span.start < job.prefill_at:  # never expected: restart the image whole
-                self.kv.trim(job.slot, span.start)
-                job.prefill_at = len(job.slot.cached)
-                continue
-            assert self.projector is not None
-            error = decode_image(self.model, self.projector, span, job.slot.seq_id)
-            self.kv.decoded()
-            if error is not None:
-                self._abort(job, error)
-            else:
-                job.slot.cached.extend(span.chunk.placeholders)
-                job.prefill_at = span.end
-            return
-
     @staticmethod
     def _record_decoded(choice: Choice, token: int) -> None:
         assert choice.slot is not None
@@ -311,21 +290,6 @@ class Scheduler:
                 self.kv.copy_prefix(job.slot, choice.slot, len(prompt))
             choice.position = len(prompt)
             self._on_token(job, choice, job.prompt_row)
-
-    def _score_prompt(self, job: Job, end: int, first_row: int) -> None:
-        """Scores prompt tokens: row of token j holds the distribution of token j+1."""
-        handle, prompt = job.handle, job.request.prompt_tokens
-        if job.prefill_at == 0:
-            handle.prompt_logprobs.append(None)  # the first token has no context
-        last = min(end, len(prompt) - 1)
-        if last > job.prefill_at:
-            handle.prompt_logprobs.extend(
-                score_rows(
-                    self.model.logits_rows(first_row, last - job.prefill_at),
-                    prompt[job.prefill_at + 1 : last + 1],
-                    job.request.logprobs or 0,
-                )
-            )
 
     def _on_token(self, job: Job, choice: Choice, row: int) -> int:
         token = choice.sampler.sample(self.model.ctx, row)

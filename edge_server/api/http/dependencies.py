@@ -18,7 +18,8 @@ from starlette.types import Receive, Scope, Send
 
 from ...engine import Engine
 from ...engine.multimodal.image_scope import images_scope
-from ...model_pool import Lease, ModelPool, ModelUnavailable, UnknownModel
+from ...model_pool import Lease, ModelPool, ModelUnavailable
+from ...model_spec import UnknownModel
 from .body import parse_json_object
 from .errors import APIError, from_validation_error, model_not_found
 

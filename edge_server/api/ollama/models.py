@@ -17,7 +17,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...model_pool import ModelPool, ModelSpec
+from ...model_pool import ModelPool
+from ...model_spec import ModelSpec
 from ...model_store import ModelStore
 from ..http.dependencies import off_loop, parse_body, pool
 from ..http.errors import APIError, invalid

@@ -6,7 +6,8 @@ tag of their own), else without its `:latest` tag, which Ollama adds to untagged
 
 from __future__ import annotations
 
-from ...model_pool import ModelPool, ModelSpec, UnknownModel
+from ...model_pool import ModelPool
+from ...model_spec import ModelSpec, UnknownModel
 from ..http.errors import APIError
 
 LATEST = ":latest"

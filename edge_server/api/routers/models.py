@@ -10,7 +10,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ...engine.backend import rpc_guard
-from ...model_pool import ModelPool, ModelSpec, UnknownModel
+from ...model_pool import ModelPool
+from ...model_spec import ModelSpec, UnknownModel
 from ..http.dependencies import pool
 from ..http.errors import model_not_found
 from ..http.memory_account import memory_account
