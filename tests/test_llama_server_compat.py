@@ -97,7 +97,10 @@ def test_sampler_aliases_are_applied(http) -> None:
         a = http.post("/completions", json={**base, **extra}).json()["choices"][0]
         b = http.post("/completions", json={**base, **same_as}).json()["choices"][0]
         assert a["text"] == b["text"]  # the alias means the same sampler
-        assert a["logprobs"]["token_logprobs"] != plain["logprobs"]["token_logprobs"]
+        assert a["logprobs"]["tokens"] == b["logprobs"]["tokens"]
+    # Whether a penalty changes these 8 tokens depends on the model's words, so the
+    # canonical fields' own effect is checked in test_fields.py, not against `plain`.
+    assert 1 <= len(plain["logprobs"]["tokens"]) <= 8
 
 
 @pytest.mark.parametrize("field, value", [

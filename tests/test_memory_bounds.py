@@ -150,7 +150,8 @@ def test_tokenize_is_bounded_like_prompts(server: RunningServer) -> None:
     over = httpx.post(f"{server.base_url}/tokenize", timeout=60, json={
         "model": DEFAULT_MODEL, "content": " 7" * 5000})
     assert over.status_code == 400
-    assert over.json()["error"]["type"] == "exceed_context_size_error"
+    assert over.json()["error"]["type"] == "invalid_request_error"
+    assert over.json()["error"]["code"] == "context_length_exceeded"
     fits = httpx.post(f"{server.base_url}/tokenize", timeout=60, json={
         "model": DEFAULT_MODEL, "content": " 7" * 1000})
     assert fits.status_code == 200 and 1000 <= len(fits.json()["tokens"]) <= 4096
