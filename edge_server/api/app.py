@@ -21,15 +21,16 @@ from .http.auth import APIKeyAuth
 from .http.body import BodyLimit
 from .http.cors import CrossOrigin
 from .http.draining import Drain, DrainGate
+from .http.error_reshape import ErrorReshaper
 from .http.errors import EXCEPTION_HANDLERS, ErrorBoundary
 from .http.host_guard import HostGuard
 from .http.metrics import Metrics, RequestCounter, metrics_route
 from .http.replica import ReplicaHeader
 from .infill.api_router import routes as infill_routes
 from .messages.api_router import routes as messages_routes
-from .messages.error_shape import AnthropicErrors
+from .messages.error_shape import anthropic_body, is_messages_path
 from .ollama.api_router import routes as ollama_routes
-from .ollama.error_shape import OllamaErrors
+from .ollama.error_shape import is_ollama_path, ollama_error
 from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
@@ -100,8 +101,10 @@ def create_app(
     drain = Drain()
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
-        Middleware(AnthropicErrors),  # every error on /v1/messages* in Anthropic's shape
-        Middleware(OllamaErrors),  # every error on /api/* in Ollama's shape
+        # Every error on /v1/messages* in Anthropic's shape, on /api/* in Ollama's.
+        Middleware(ErrorReshaper, matches=is_messages_path, reshape=anthropic_body),
+        Middleware(ErrorReshaper, matches=is_ollama_path, reshape=ollama_error,
+                   content_type=b"application/json; charset=utf-8"),
         Middleware(CrossOrigin, origins=cors_origins or []),
         Middleware(ErrorBoundary),
     ]

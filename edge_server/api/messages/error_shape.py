@@ -1,17 +1,10 @@
 """Errors on /v1/messages* in Anthropic's shape: {"type": "error", "error": {"type",
-"message"}}.
-
-Every error of the server (validation, auth, body limit, unknown model, overload, a 500)
-is made in the OpenAI shape; this middleware reshapes those on Anthropic's paths, so that
-no error path needs to know which door it answers for.
-"""
+"message"}}, from the OpenAI-shaped errors every error path makes (the app applies it
+through api/http/error_reshape.py; streams send it as their error event)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 PATH = "/v1/messages"
 
@@ -41,46 +34,3 @@ def anthropic_body(status: int, body: Any) -> dict[str, Any]:
     else:
         kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-class AnthropicErrors:
-    """ASGI middleware: reshapes JSON error answers on /v1/messages*."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_messages_path(scope.get("path", "")):
-            await self.app(scope, receive, send)
-            return
-        start: Message | None = None
-        chunks: list[bytes] = []
-
-        async def reshaping_send(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                start = message  # held until the whole body is known
-                return
-            if start is None or message["type"] != "http.response.body":
-                await send(message)
-                return
-            chunks.append(message.get("body", b""))
-            if message.get("more_body"):
-                return
-            await _send_reshaped(send, start, b"".join(chunks))
-
-        await self.app(scope, receive, reshaping_send)
-
-
-async def _send_reshaped(send: Send, start: Message, raw: bytes) -> None:
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = {"error": {"message": raw.decode("utf-8", "replace")[:1000] or "error"}}
-    out = json.dumps(anthropic_body(start["status"], body)).encode()
-    headers = [(k, v) for k, v in start.get("headers", [])
-               if k.lower() not in (b"content-length", b"content-type")]
-    headers += [(b"content-type", b"application/json"),
-                (b"content-length", str(len(out)).encode())]
-    await send({**start, "headers": headers})
-    await send({"type": "http.response.body", "body": out})
