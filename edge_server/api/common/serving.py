@@ -306,15 +306,16 @@ def sse_event(payload: dict[str, Any]) -> str:
 SSE_DONE = "data: [DONE]\n\n"
 
 
-class _EngineEventStream(StreamingResponse):
-    """Server-sent events whose engine work is cancelled however sending ends: the body
-    generator may never start if the client leaves first, so its own cleanup cannot
-    be relied on."""
+class EngineStream(StreamingResponse):
+    """A streamed answer (server-sent events, or NDJSON lines) whose engine work is
+    cancelled however sending ends: the body generator may never start if the client
+    leaves first, so its own cleanup cannot be relied on."""
 
-    def __init__(self, events: AsyncIterator[str], handles: list[RequestHandle]) -> None:
+    def __init__(self, events: AsyncIterator[str], handles: list[RequestHandle],
+                 media_type: str = "text/event-stream") -> None:
         super().__init__(
             events,
-            media_type="text/event-stream",
+            media_type=media_type,
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
         self.handles = handles
@@ -328,7 +329,7 @@ class _EngineEventStream(StreamingResponse):
 
 
 def sse_response(events: AsyncIterator[str], handles: list[RequestHandle]) -> StreamingResponse:
-    return _EngineEventStream(events, handles)
+    return EngineStream(events, handles)
 
 
 async def sse_with_errors(events: AsyncIterator[str]) -> AsyncIterator[str]:

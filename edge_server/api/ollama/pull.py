@@ -24,7 +24,7 @@ from ..http.dependencies import off_loop, parse_body, pool
 from ..http.errors import APIError
 from . import names
 from .protocol import PullRequest
-from .streaming import NDJSONStream, line
+from .streaming import line, ndjson_stream
 
 HUB_PREFIXES = ("hf.co/", "huggingface.co/")
 _PROGRESS_EVERY_S = 0.25
@@ -170,4 +170,4 @@ async def pull(request: Request) -> Response:
         except APIError as exc:
             yield line({"error": exc.message})
 
-    return NDJSONStream(lines())
+    return ndjson_stream(lines())

@@ -31,7 +31,7 @@ from ..http.dependencies import off_loop
 from ..http.errors import APIError, invalid
 from . import options as opts
 from .protocol import ChatRequest, GenerateRequest
-from .streaming import Answer, Clock, NDJSONStream, line, with_error_line
+from .streaming import Answer, Clock, line, ndjson_stream, with_error_line
 from .translate import Names, chat_request, generate_chat_request, response_format, text_prompt
 
 
@@ -136,7 +136,7 @@ async def run(prepared: Prepared, answer: Answer, engine: Engine, http: Request,
     if stream:
         await wait_started(http, [handle])
         lines = _objects(answer, handle, clock, prepared.context, http)
-        return NDJSONStream(with_error_line(lines), [handle])
+        return ndjson_stream(with_error_line(lines), [handle])
     async with cancel_on_disconnect(http, [handle]):
         async for delta in stream_deltas(handle):
             clock.saw_token()

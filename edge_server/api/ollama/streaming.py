@@ -18,13 +18,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from ...engine import ChoiceDelta, Usage
 from ...engine.backend.llama_model import Vocab
 from ...engine.request import RequestHandle
 from ..chat.choice_output import ChoiceOutput
 from ..common.logprobs_format import chat_logprobs
+from ..common.serving import EngineStream
 from ..http.errors import APIError
 
 NDJSON = "application/x-ndjson"
@@ -80,21 +80,10 @@ class Clock:
                 "prompt_eval_count": tokens}
 
 
-class NDJSONStream(StreamingResponse):
+def ndjson_stream(lines: AsyncIterator[str], handles: list[RequestHandle] | None = None
+                  ) -> StreamingResponse:
     """NDJSON lines whose engine work is cancelled however sending ends."""
-
-    def __init__(self, lines: AsyncIterator[str], handles: list[RequestHandle] | None = None
-                 ) -> None:
-        super().__init__(lines, media_type=NDJSON,
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self.handles = handles or []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            for handle in self.handles:
-                handle.cancel()
+    return EngineStream(lines, handles or [], media_type=NDJSON)
 
 
 async def with_error_line(lines: AsyncIterator[str]) -> AsyncIterator[str]:
