@@ -51,3 +51,12 @@ def within_depth(value: dict[str, Any] | list[Any], limit: int = MAX_JSON_DEPTH)
             if isinstance(child, dict | list):
                 stack.append((child, depth + 1))
     return True
+
+
+def check_stops(stops: list[str] | None) -> list[str] | None:
+    """A pydantic validator's body for stop sequences that must be non-empty and at most
+    MAX_STOP_CHARS characters each (Anthropic's and Ollama's; OpenAI allows "")."""
+    for stop in stops or []:
+        if not stop or len(stop) > MAX_STOP_CHARS:
+            raise ValueError(f"a stop sequence has 1 to {MAX_STOP_CHARS} characters")
+    return stops

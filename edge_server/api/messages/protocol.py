@@ -16,8 +16,8 @@ from ..http.limits import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
     MAX_STOP,
-    MAX_STOP_CHARS,
     MAX_TOOLS,
+    check_stops,
 )
 
 _BLOCK = ConfigDict(extra="allow")
@@ -182,10 +182,7 @@ class MessagesRequest(CountTokensRequest):
     @field_validator("stop_sequences")
     @classmethod
     def _stops(cls, v: list[str] | None) -> list[str] | None:
-        for stop in v or []:
-            if not stop or len(stop) > MAX_STOP_CHARS:
-                raise ValueError(f"a stop sequence has 1 to {MAX_STOP_CHARS} characters")
-        return v
+        return check_stops(v)
 
     @model_validator(mode="after")
     def _budget_below_max(self) -> MessagesRequest:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..http.errors import from_validation_error, invalid, unsupported
-from ..http.limits import INT32_MAX, MAX_STOP_CHARS
+from ..http.limits import INT32_MAX, check_stops
 
 MAX_STOPS = 16
 
@@ -58,10 +58,7 @@ class _Options(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stops(cls, v: list[str] | None) -> list[str] | None:
-        for stop in v or []:
-            if not stop or len(stop) > MAX_STOP_CHARS:
-                raise ValueError(f"a stop sequence has 1 to {MAX_STOP_CHARS} characters")
-        return v
+        return check_stops(v)
 
     @field_validator("num_predict")
     @classmethod
