@@ -6,8 +6,9 @@ writes one for every Enum and nested model (`#/$defs/Color`). Once the parameter
 inside the call's schema their refs would resolve against the wrong root, so each tool's
 `$defs` (and draft-07 `definitions`) move to the root of the call schema, renamed per tool
 (`add.Color`) so that two tools' definitions never clash, and every ref is rewritten to
-match. The names stay plain (letters, digits, `_.-`): the grammar converter neither
-unescapes pointers nor tells apart a ref whose name matches one of its own rule names.
+match. The names stay plain (letters, digits, `_.-`): the grammar converter does not
+unescape pointers. It names each ref's rule itself (json_grammar), so these names never
+need to be GBNF names.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llama_cpp.llama_grammar import (
+    INVALID_RULE_CHARS_RE,
     JSON_GBNF,
     PRIMITIVE_RULES,
     RESERVED_NAMES,
@@ -137,6 +138,32 @@ _JSON_CHAR = BuiltinRule(r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-f
 
 
 class _BoundedConverter(SchemaConverter):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._ref_rules: dict[str, str] = {}  # resolved ref -> the rule that holds it
+
+    def _resolve_ref(self, ref: str) -> str:
+        # The shipped version names a ref's rule after the ref's last segment as written:
+        # `tool.Node` or `tree_node` is no GBNF name where a ref recurses, and a definition
+        # named `space` or after a property resolved to that rule instead. Each ref gets a
+        # valid name of its own here, reserved before its schema is visited, so a ref
+        # inside that schema (recursion) names the rule being built.
+        known = self._ref_rules.get(ref)
+        if known is not None:
+            return known
+        base = "ref-" + INVALID_RULE_CHARS_RE.sub("-", ref.rsplit("/", 1)[-1]).strip("-")
+        name, k = base, 2
+        taken = self._rules.keys() | set(self._ref_rules.values())
+        while name in taken:
+            name, k = f"{base}-{k}", k + 1
+        self._ref_rules[ref] = name
+        built = self.visit(self._refs[ref], name)
+        if built != name:  # a shared rule (a sized string), or one named like another
+            if name in self._rules:
+                raise ValueError(f"the rule name {name} was taken while {ref} was built")
+            self._rules[name] = built
+        return name
+
     def _add_primitive(self, name: str, rule: BuiltinRule) -> str:
         if name == "char":
             rule = _JSON_CHAR
