@@ -185,7 +185,9 @@ def _address(host: str, port: int, limits: ImageLimits, deadline: float) -> str:
 
 
 class _PinnedHTTPS(http.client.HTTPSConnection):
-    """HTTPS to a checked address, with the certificate checked for the URL's host."""
+    """HTTPS to a checked address, with the certificate checked for the URL's host
+    against the CAs OpenSSL trusts by default: the system's bundle, or the one the
+    server's SSL_CERT_FILE names (where an operator adds a private CA)."""
 
     def __init__(self, address: str, host: str, port: int, timeout: float) -> None:
         super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
@@ -229,6 +231,10 @@ def _get(url: str, limits: ImageLimits, deadline: float) -> bytes | str:
         return _body(sock, response, limits, deadline)
     except TimeoutError as exc:
         raise FetchError("the image URL took longer than the fetch deadline") from exc
+    except ssl.SSLCertVerificationError as exc:
+        raise FetchError("the image URL's TLS certificate could not be verified") from exc
+    except ssl.SSLError as exc:
+        raise FetchError("the TLS handshake with the image URL failed") from exc
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise FetchError("the image URL could not be fetched") from exc
     finally:
