@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..common.protocol import SamplingRequest, UsageInfo
 from ..http.limits import (
     MAX_CONTENT_PARTS,
+    MAX_JSON_DEPTH,
     MAX_MESSAGES,
     MAX_TOOL_CALLS,
     MAX_TOOLS,
+    nesting_depth,
     within_depth,
 )
 
@@ -43,6 +45,16 @@ class FunctionCall(BaseModel):
     @classmethod
     def _serialized(cls, v: Any) -> Any:
         return json.dumps(v, ensure_ascii=False) if isinstance(v, dict) else v
+
+    @field_validator("arguments")
+    @classmethod
+    def _within_depth(cls, v: str) -> str:
+        # As an object they could nest no deeper than the rest of the body: a string
+        # is held to the same bound, counted without parsing it.
+        if nesting_depth(v) > MAX_JSON_DEPTH:
+            raise ValueError(f"the arguments nest deeper than the {MAX_JSON_DEPTH} levels "
+                             "a request body may")
+        return v
 
     def parsed_arguments(self) -> Any:
         """The arguments as an object where they are one (what templates expect), else

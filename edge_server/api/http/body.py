@@ -64,7 +64,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError as exc:
-        raise _bad_json(f"it nests deeper than {MAX_JSON_DEPTH} levels") from exc
+        raise _too_deep(raw) from exc
     except json.JSONDecodeError as exc:
         raise _bad_json(str(exc)) from exc
     except UnicodeDecodeError as exc:
@@ -75,7 +75,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise _bad_json("a number is too large") from exc
     if not isinstance(body, dict):
         raise invalid(None, "the request body must be a JSON object", "invalid_json")
-    _check_tree(body)
+    _check_tree(body, raw)
     return body
 
 
@@ -102,7 +102,58 @@ def _bad_json(why: str) -> APIError:
     return invalid(None, f"the request body is not valid JSON: {why}", "invalid_json")
 
 
-def _check_tree(body: dict[str, Any]) -> None:
+def _too_deep(raw: bytes) -> APIError:
+    where = _deep_field(raw.decode("utf-8", "replace"))
+    if where is None:
+        return _bad_json(f"it nests deeper than {MAX_JSON_DEPTH} levels")
+    return invalid(where, f"`{where}` nests deeper than the {MAX_JSON_DEPTH} levels a "
+                   "request body may", "invalid_json")
+
+
+# What moves the path through JSON text: strings (keys among them), brackets, commas.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+_MAX_TOKENS = 200_000  # a bound on the scan: past it, the error names no field
+_SHOWN_LEVELS = 12
+
+
+def _deep_field(text: str) -> str | None:
+    """The field where the text first nests deeper than MAX_JSON_DEPTH, as a param
+    (`messages[1].content[0].input.a.a…`, its first levels), found by scanning the
+    text without parsing it (the parser recurses, and has just failed or been refused).
+    None where the body is no object or the scan would be long."""
+    path: list[str | int] = []  # per open container: its key (object) or index (array)
+    want_key = False
+    for count, match in enumerate(_TOKENS.finditer(text)):
+        token = match.group()
+        if count > _MAX_TOKENS or (count == 0 and token != "{"):
+            return None
+        if token in "{[":
+            if len(path) >= MAX_JSON_DEPTH:
+                return _param(path)
+            path.append("" if token == "{" else 0)
+            want_key = token == "{"
+        elif token in "}]":
+            del path[-1:]
+            want_key = False
+        elif token == ",":
+            if path and isinstance(path[-1], int):
+                path[-1] += 1
+            else:
+                want_key = True
+        elif want_key and path:
+            path[-1] = token[1:-1]
+            want_key = False
+    return None
+
+
+def _param(path: list[str | int]) -> str:
+    out = ""
+    for part in path[:_SHOWN_LEVELS]:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else part
+    return out + ("…" if len(path) > _SHOWN_LEVELS else "")
+
+
+def _check_tree(body: dict[str, Any], raw: bytes) -> None:
     """Bounds the nesting depth (recursive code downstream: schemas, templates) and the
     number of objects and arrays, and refuses strings that are not valid Unicode, without
     recursing itself."""
@@ -114,7 +165,7 @@ def _check_tree(body: dict[str, Any]) -> None:
         if containers > MAX_JSON_CONTAINERS:
             raise _too_many(f"more than {MAX_JSON_CONTAINERS} JSON objects and arrays")
         if depth > MAX_JSON_DEPTH:
-            raise _bad_json(f"it nests deeper than {MAX_JSON_DEPTH} levels")
+            raise _too_deep(raw)
         if isinstance(node, dict):
             if len(node) > MAX_OBJECT_KEYS:
                 raise _too_many(f"an object with more than {MAX_OBJECT_KEYS} keys")

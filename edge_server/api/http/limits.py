@@ -6,6 +6,7 @@ parse, render or tokenize without limit, or hand llama.cpp a value it cannot tak
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MAX_JSON_DEPTH = 64  # nesting of the request body (a JSON schema of ~30 levels fits)
@@ -51,6 +52,21 @@ def within_depth(value: dict[str, Any] | list[Any], limit: int = MAX_JSON_DEPTH)
             if isinstance(child, dict | list):
                 stack.append((child, depth + 1))
     return True
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"?')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def nesting_depth(text: str) -> int:
+    """How deep JSON text's arrays and objects nest, counted without parsing (the parser
+    recurses per level); brackets inside strings do not count, and cut-off text counts
+    what it opened."""
+    depth = deepest = 0
+    for char in _NOT_BRACKETS.sub("", _STRINGS.sub("", text)):
+        depth += 1 if char in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def check_stops(stops: list[str] | None) -> list[str] | None:

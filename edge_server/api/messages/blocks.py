@@ -7,12 +7,11 @@ Streamed and whole answers both go through Blocks, so both give the same content
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from typing import Any
 
 from ..http.errors import APIError
-from ..http.limits import MAX_JSON_DEPTH
+from ..http.limits import MAX_JSON_DEPTH, nesting_depth
 
 Event = tuple[str, dict[str, Any]]  # (event type, payload)
 
@@ -53,6 +52,12 @@ class Blocks:
             if block["type"] == "tool_use":
                 block["input"] = _object("".join(fragments), block["name"])
         return events
+
+    def check_open_input(self) -> None:
+        """The 400 of a too-deep tool input (see _object) as soon as the open tool_use
+        block's input nests that deep: generating the rest would be work for nothing."""
+        if self._open == "tool_use":
+            _check_depth("".join(self._arguments[-1]), self.blocks[-1]["name"])
 
     def _append(self, kind: str, text: str) -> list[Event]:
         events: list[Event] = []
@@ -97,33 +102,23 @@ class Blocks:
         return [("content_block_stop", {"type": "content_block_stop", "index": index})]
 
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"?')
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-
-
-def nesting_depth(text: str) -> int:
-    """How deep the JSON text's arrays and objects nest, counted without recursing
-    (brackets inside strings do not count; cut-off text counts what it opened)."""
-    depth = deepest = 0
-    for char in _NOT_BRACKETS.sub("", _STRINGS.sub("", text)):
-        depth += 1 if char in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
-
-
 def _object(arguments: str, name: str) -> dict[str, Any]:
     """A call's input; {} where the arguments were cut off (stop_reason max_tokens).
     Python's parser recurses per level: input nested deeper than a request body may be
     (which is also how it would come back in the conversation) is a 400, never a
     RecursionError."""
+    _check_depth(arguments, name)
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _check_depth(arguments: str, name: str) -> None:
     if nesting_depth(arguments) > MAX_JSON_DEPTH:
         raise APIError(400, f"The model's call to the tool {name!r} has an input nested "
                        f"deeper than {MAX_JSON_DEPTH} levels, which this server does not "
                        "return; ask for a flatter input_schema, or stream the answer "
                        "(its input arrives as JSON text).",
                        param="tools", code="tool_input_too_deep")
-    try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except (ValueError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}

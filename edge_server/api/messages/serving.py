@@ -9,11 +9,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine
+from ...engine import Engine, FinishReason
+from ...engine.request import RequestHandle
 from ..chat import tools as tooling
+from ..chat.choice_output import ChoiceOutput
 from ..chat.prompt import chat_prompt
 from ..chat.serving import PreparedChat, prepare
-from ..common.serving import cancel_on_disconnect, collect, sse_response, submit, wait_started
+from ..common.serving import (
+    cancel_on_disconnect,
+    sse_response,
+    stream_deltas,
+    submit,
+    wait_started,
+)
 from ..http.dependencies import off_loop
 from ..http.errors import APIError
 from .blocks import Blocks
@@ -55,6 +63,22 @@ def _count(req: CountTokensRequest, engine: Engine) -> int:
     return len(prompt.tokens)
 
 
+async def _read_blocks(handle: RequestHandle, output: ChoiceOutput, stops: StopReading
+                       ) -> tuple[Blocks, FinishReason | None]:
+    """The whole answer's content blocks, read as it is generated: a tool input nesting
+    too deep to return is refused the moment it does (the caller's exit cancels the
+    generation), not after max_tokens more tokens."""
+    blocks = Blocks()
+    finish_reason: FinishReason | None = None
+    async for delta in stream_deltas(handle):
+        blocks.feed(output.push(stops.cut(delta.text, delta.finish_reason)))
+        blocks.check_open_input()
+        finish_reason = delta.finish_reason or finish_reason
+    blocks.feed(output.finish())
+    blocks.close()
+    return blocks, finish_reason
+
+
 class MessagesServing:
     async def create(self, req: MessagesRequest, engine: Engine, http: Request) -> Response:
         prepared = await off_loop(_prepare, req, engine)
@@ -68,15 +92,11 @@ class MessagesServing:
             events = stream_messages(http, handle, meta, output, stops)
             return sse_response(events, [handle])
         async with cancel_on_disconnect(http, [handle]):
-            result = (await collect(handle, 1))[0]
-        blocks = Blocks()
-        blocks.feed(output.push(stops.cut(result.text, result.finish_reason)))
-        blocks.feed(output.finish())
-        blocks.close()
+            blocks, finish_reason = await _read_blocks(handle, output, stops)
         return JSONResponse({
             **meta,
             "content": blocks.blocks,
-            "stop_reason": stops.stop_reason(output, result.finish_reason),
+            "stop_reason": stops.stop_reason(output, finish_reason),
             "stop_sequence": stops.matched,
             "usage": messages_usage(handle.usage),
         })
