@@ -36,8 +36,8 @@ MESSAGES = [{"role": "user", "content": "Draw a small tree."}]
 
 
 def chat(server: RunningServer, **body: Any) -> httpx.Response:
-    return httpx.post(f"{server.v1}/chat/completions", timeout=120, json={
-        "model": DEFAULT_MODEL, "messages": MESSAGES, "max_tokens": 60, "temperature": 0,
+    return httpx.post(f"{server.v1}/chat/completions", timeout=300, json={
+        "model": DEFAULT_MODEL, "messages": MESSAGES, "max_tokens": 40, "temperature": 0,
         **body})
 
 
@@ -57,8 +57,8 @@ def test_forced_chat_call_with_defs(server: RunningServer, schema: dict[str, Any
 @pytest.mark.parametrize("schema", [TREE, CLASHING], ids=["recursive", "clashing-names"])
 def test_forced_anthropic_tool_use_with_defs(server: RunningServer,
                                              schema: dict[str, Any]) -> None:
-    r = httpx.post(f"{server.v1}/messages", timeout=120, json={
-        "model": DEFAULT_MODEL, "max_tokens": 60, "messages": MESSAGES,
+    r = httpx.post(f"{server.v1}/messages", timeout=300, json={
+        "model": DEFAULT_MODEL, "max_tokens": 40, "messages": MESSAGES,
         "tools": [{"name": "tree", "input_schema": schema}],
         "tool_choice": {"type": "tool", "name": "tree"}})
     assert r.status_code == 200, r.text
