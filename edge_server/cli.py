@@ -151,10 +151,12 @@ def serve(opts: ServeOptions) -> int:
     from .api.http.replica import check_replica_name
     from .engine.backend import rpc_guard
     from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
+    from .malloc_tuning import fix_mmap_threshold
     from .model_pool import ModelPool
     from .shutdown import DrainingServer, exit_when_drained
     from .systemd_notify import notify, watchdog_interval
 
+    fix_mmap_threshold()  # before the models load: their buffers come and go from here on
     try:
         store = _store(opts)
         specs, default_id, make_spec = _specs(opts, store)

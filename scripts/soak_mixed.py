@@ -138,8 +138,14 @@ def soak(url: str, minutes: float, clients: int, seed: int
     with ThreadPoolExecutor(clients) as pool:
         futures = [pool.submit(worker, k) for k in range(clients)]
         while time.monotonic() < deadline:
-            memory = health(url)["memory"]
-            samples.append((time.monotonic() - start, memory["rss"], memory["prompt_store"]))
+            report = health(url)
+            if "memory" in report:
+                memory = report["memory"]
+                samples.append((time.monotonic() - start, memory["rss"],
+                                memory["prompt_store"]))
+            else:  # not serving (a step stalled past the watchdog): a failed check
+                with lock:
+                    outcomes[f"health: {report.get('status')}"] += 1
             time.sleep(min(10, max(0.1, deadline - time.monotonic())))
         for future in futures:
             future.result()
@@ -168,6 +174,7 @@ def main() -> int:
         end = health(url)
         problems = [f"{n} x {o}" for o, n in outcomes.items() if o.split(": ")[-1][:1] == "5"]
         problems += [f"{n} x {o}" for o, n in outcomes.items() if o.endswith("stream cut")]
+        problems += [f"{n} x {o}" for o, n in outcomes.items() if o.startswith("health: ")]
         for model, stats in end["models"].items():
             if stats["busy_slots"] or stats["waiting"] or stats["leases"]:
                 problems.append(f"{model} still busy: {stats}")

@@ -149,16 +149,19 @@ def test_lookup_continues_a_loop_into_its_own_draft() -> None:
     assert LookupDraft([9, -4, -5, 9]).lookup(3) == []  # never an image placeholder
 
 
-def test_hit_rate_follows_what_was_sampled() -> None:
+def test_rates_follow_what_was_sampled() -> None:
     lookup = LookupDraft([1, 2, 1, 2, 1])
-    start = lookup.hit_rate
+    first, run = lookup.rates
     assert lookup.propose(3) == [2, 1, 2]
-    lookup.observe([2, 1, 2])
-    assert lookup.hit_rate > start
-    high = lookup.hit_rate
+    lookup.observe([2, 1, 2])  # the first and two further guesses sampled
+    assert lookup.first_rate > first and lookup.run_rate > run
+    first, run = lookup.rates
     lookup.propose(3)
-    lookup.observe([7])
-    assert lookup.hit_rate < high
+    lookup.observe([7])  # the first guess missed: the run rate saw nothing
+    assert lookup.first_rate < first and lookup.run_rate == run
+    lookup.propose(3)
+    lookup.observe([lookup.proposed[0], 9])  # first kept, the second missed
+    assert lookup.run_rate < run
 
 
 def gpu_like(rows: int) -> float:
@@ -167,10 +170,28 @@ def gpu_like(rows: int) -> float:
 
 def test_depth_weighs_kept_drafts_against_rows() -> None:
     loop = [[1, 2, 3, 4]]
-    assert choose_depth(loop, [0.99], 4, step_cost) == 4
-    assert choose_depth(loop, [0.1], 4, step_cost) == 0
+    assert choose_depth(loop, [(0.99, 0.99)], 4, step_cost) == 4
+    assert choose_depth(loop, [(0.1, 0.99)], 4, step_cost) == 0
     eight = loop * 8
     # Eight sequences on a CPU: rows cost nearly what tokens are worth.
-    assert choose_depth(eight, [0.6] * 8, 4, step_cost) == 0
-    assert choose_depth(eight, [0.6] * 8, 4, gpu_like) >= 2
-    assert choose_depth([[]] * 8, [0.99] * 8, 4, gpu_like) == 0
+    assert choose_depth(eight, [(0.6, 0.6)] * 8, 4, step_cost) == 0
+    assert choose_depth(eight, [(0.6, 0.6)] * 8, 4, gpu_like) >= 2
+    assert choose_depth([[]] * 8, [(0.99, 0.99)] * 8, 4, gpu_like) == 0
+
+
+def test_a_copying_run_drafts_deeper_than_its_first_rate_alone_would() -> None:
+    """A block copied from the prompt: the first guess after a miss is uncertain, the
+    rest of the run is not. One rate for all positions would stop short."""
+    long = [list(range(8))]
+    assert choose_depth(long, [(0.7, 0.7)], 8, step_cost) <= 2
+    assert choose_depth(long, [(0.7, 0.98)], 8, step_cost) == 8
+
+
+def test_the_margin_grows_with_the_sequences() -> None:
+    # A gain that pays for one sequence does not for eight, where the host's work on
+    # every drafted row is not in the step cost.
+    per_row = [[1]]
+    one_rate = choose_depth(per_row, [(0.38, 0.0)], 1, step_cost)
+    eight = choose_depth(per_row * 8, [(0.38, 0.0)] * 8, 1,
+                         lambda rows: 8 * step_cost(rows // 8))
+    assert one_rate == 1 and eight == 0

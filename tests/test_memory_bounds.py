@@ -189,3 +189,36 @@ def test_health_and_metrics_account_for_memory(server: RunningServer) -> None:
               if line.startswith("edge_server_memory_bytes{")}
     assert set(gauges) == set(memory)
     assert gauges["kv_cache"] == memory["kv_cache"] and gauges["rss"] > 0
+
+
+# --- freed snapshots go back to the system ---------------------------------------------
+
+
+def test_prompt_store_churn_does_not_grow_the_rest_of_memory(tmp_path: Path) -> None:
+    """Every new long prompt snapshots its KV state into the prompt store (megabytes,
+    copied once more into bytes) and evicts an older entry. With glibc's sliding mmap
+    threshold those freed buffers stayed resident: RSS less the store grew by tens of
+    MB per new prompt. Fixed at start (malloc_tuning.py), it stays flat."""
+    server = start_server(tmp_path, "--prompt-cache-mb", "48", "--parallel", "2")
+    try:
+        def outside_store() -> float:
+            memory = httpx.get(f"{server.base_url}/health").json()["memory"]
+            return (memory["rss"] - memory["prompt_store"]) / 2**20
+
+        def ask(k: int) -> None:
+            system = f"Rules of set {k}: " + " ".join(f"item {k}-{i} is {i * k % 97}"
+                                                      for i in range(110))
+            r = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=120, json={
+                "messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": "ok?"}], "max_tokens": 1})
+            assert r.status_code == 200
+
+        for k in range(4):  # fill the store (about 12 MB an entry) and warm up
+            ask(k)
+        before = outside_store()
+        for k in range(4, 14):  # each saves a new entry and evicts one
+            ask(k)
+        grown = outside_store() - before
+        assert grown < 20, f"RSS less the prompt store grew {grown:.0f} MiB"
+    finally:
+        stop_server(server)

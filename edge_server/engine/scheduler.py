@@ -47,7 +47,7 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 # llama.cpp's grammar parser and sampler setup recurse in C on this thread: give it a
 # stack far deeper than any bounded grammar needs (virtual memory, touched on demand).
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
-DEFAULT_DRAFT_MAX = 4
+DEFAULT_DRAFT_MAX = 8
 _READY_TIMEOUT_S = 60.0  # start() waits this long at most for the engine thread
 # How long stopping waits for the engine thread to finish its step (a long prefill, an
 # image encode) and exit.

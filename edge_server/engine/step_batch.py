@@ -62,17 +62,17 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
     most = min(most, (batch.capacity // 2) // len(generating),
                *(n_ctx_seq - c.position - 2 for _, c in generating))
     proposals = []
-    hit_rates = []
+    rates = []
     for job, choice in generating:
         assert choice.slot is not None
         if choice.lookup is None:
             choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token])
-        hit_rates.append(choice.lookup.hit_rate)
+        rates.append(choice.lookup.rates)
         proposal = choice.lookup.propose(max(most, 1))
         # Drafts past the choice's last token could only be thrown away.
         proposals.append(proposal[: max(job.request.max_tokens - choice.generated - 1, 0)])
     n = len(generating)
-    depth = choose_depth(proposals, hit_rates, most, lambda rows: cost.seconds(n, rows))
+    depth = choose_depth(proposals, rates, most, lambda rows: cost.seconds(n, rows))
     for (_, choice), draft in zip(generating, proposals, strict=True):
         # A row past a short lookup is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token

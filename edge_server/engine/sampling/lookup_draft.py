@@ -11,8 +11,12 @@ Whether drafting pays depends on the text (small models loop, code edits repeat 
 prompt) and on the batch. llama.cpp runs a multi-sequence batch as one graph only while
 every sequence has the same number of rows in it (llama_batch_allocr::split_equal), so a
 step drafts the same depth for every generating sequence or for none. Each sequence keeps
-a hit rate of its lookups, observed on every token whether or not it drafted; the step
-picks the depth with the most tokens expected per unit of decode time.
+two rates of its lookups: how often the first looked-up token is the one sampled
+(observed on every token, drafted or not), and how often a further one is, given the one
+before it was (observed on kept drafts). Copying comes in runs (an edited block is copied
+verbatim between the edits), so once a lookup's first token is right the rest mostly
+is: one rate for every position would draft too shallow there. The step picks the depth
+with the most tokens expected per unit of decode time.
 
 The cost of a step is measured once per model, llama.cpp build and CPU and then read
 from disk (backend/step_cost.py), not timed as steps run: the depth shapes the batch,
@@ -20,9 +24,12 @@ the shape changes llama.cpp's numerics in the last bits, and a choice made from 
 timings would let the same seed write a different text on a second run.
 
 Two guards keep drafting from losing where the estimate is off: a step drafts only when
-it expects DRAFT_MARGIN more tokens per second than without, and a sequence whose
-lookups hit less than MIN_HIT_RATE counts as proposing nothing (its rows are paid for,
-never counted on).
+it expects `draft_margin(n)` times the tokens per second of not drafting, and a sequence
+whose first looked-up tokens are sampled less than MIN_HIT_RATE of the time counts as
+proposing nothing (its rows are paid for, never counted on). The margin grows with the
+sequences: every drafted row is also sampled and its KV entry confirmed or dropped, host
+work the step cost (a timing of llama_decode alone) leaves out, and with many sequences
+the gain a step can make is small beside it.
 
 Numerics: drafted rows are evaluated by llama.cpp's multi-row kernels, whose results
 differ slightly from one-row decoding (they equal those of prompt evaluation), so a
@@ -36,12 +43,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 NGRAM_SIZES = (3, 2, 1)  # longest match first
-_HIT_RATE_DECAY = 0.8  # weight of the past in a sequence's hit rate
+_FIRST_RATE_DECAY = 0.8  # weight of the past in a sequence's first rate (one look a token)
+# ... and in its run rate, which sees every kept draft (several looks a step) and so
+# forgets more slowly per look to span as many steps.
+_RUN_RATE_DECAY = 0.9
 # Used until the step cost of this machine is known (and where it cannot be measured):
 # a step's cost beyond its rows, in rows' worth, on a 2-core x86 CPU (SmolLM2-135M, one
 # sequence 7.3 ms + 4.1 ms a row, eight 12 ms + 3.8 ms a row).
 STEP_COST_IN_ROWS = 2.5
 DRAFT_MARGIN = 1.03  # drafting must expect this many times the tokens/s of not drafting
+DRAFT_MARGIN_PER_SEQUENCE = 0.01  # ... and this much more for each further sequence
 MIN_HIT_RATE = 0.3  # below it a sequence's lookups are not counted on
 
 
@@ -50,22 +61,30 @@ def step_cost(rows: int) -> float:
     return STEP_COST_IN_ROWS + rows
 
 
-def choose_depth(proposals: list[list[int]], hit_rates: list[float], most: int,
+def draft_margin(sequences: int) -> float:
+    return DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQUENCE * max(sequences - 1, 0)
+
+
+def choose_depth(proposals: list[list[int]], rates: list[tuple[float, float]], most: int,
                  cost: Callable[[int], float] = step_cost) -> int:
     """Draft depth (0..most) for a step whose sequences proposed these lookups: the one
     expecting the most tokens per unit of decode time, `cost(rows)` being a step's, if
-    that beats no drafts by DRAFT_MARGIN. A sequence's i-th draft is kept with
-    probability hit_rate**i, if its lookup reached that far and its rate is counted on."""
+    that beats no drafts by draft_margin. `rates` holds each sequence's (first, run)
+    rates: its first draft is kept with probability `first`, each further one with
+    probability `run` once the one before it was, if its lookup reached that far and
+    its first rate is counted on."""
     n = len(proposals)
     undrafted = n / cost(n)
-    best_depth, best_rate = 0, undrafted * DRAFT_MARGIN
+    best_depth, best_rate = 0, undrafted * draft_margin(n)
     expected = float(n)
+    kept = [first if first >= MIN_HIT_RATE else 0.0 for first, _ in rates]
     for depth in range(1, most + 1):
-        expected += sum(rate**depth for draft, rate in zip(proposals, hit_rates, strict=True)
-                        if len(draft) >= depth and rate >= MIN_HIT_RATE)
+        expected += sum(p for draft, p in zip(proposals, kept, strict=True)
+                        if len(draft) >= depth)
         rate = expected / cost(n * (1 + depth))
         if rate > best_rate:
             best_depth, best_rate = depth, rate
+        kept = [p * run for p, (_, run) in zip(kept, rates, strict=True)]
     return best_depth
 
 
@@ -84,10 +103,17 @@ class LookupDraft:
         self.tokens: list[int] = []
         # n-gram -> index of the token that followed its latest occurrence
         self._follow: dict[tuple[int, ...], int] = {}
-        self.hit_rate = 0.5  # uncommitted until lookups have been seen
+        # Uncommitted until lookups have been seen: the first looked-up token sampled,
+        # and a further one sampled once the one before it was.
+        self.first_rate = 0.5
+        self.run_rate = 0.5
         self.proposed: list[int] = []  # this step's lookup, drafted or not
         for token in tokens:
             self.push(token)
+
+    @property
+    def rates(self) -> tuple[float, float]:
+        return self.first_rate, self.run_rate
 
     def push(self, token: int) -> None:
         tokens = self.tokens
@@ -122,12 +148,19 @@ class LookupDraft:
         return self.proposed
 
     def observe(self, sampled: list[int]) -> None:
-        """Updates the hit rate from the tokens sampled this step, in order: each lookup
-        token up to the first miss is one observation (the first is free: it is seen
-        even when nothing was drafted)."""
-        for guess, token in zip(self.proposed, sampled, strict=False):
+        """Updates the rates from the tokens sampled this step, in order: the first lookup
+        token is seen even when nothing was drafted; each further one, up to the first
+        miss, only where the drafts before it were kept."""
+        for i, (guess, token) in enumerate(zip(self.proposed, sampled, strict=False)):
             hit = guess == token
-            self.hit_rate = _HIT_RATE_DECAY * self.hit_rate + (1 - _HIT_RATE_DECAY) * hit
+            if i == 0:
+                self.first_rate = _decayed(self.first_rate, hit, _FIRST_RATE_DECAY)
+            else:
+                self.run_rate = _decayed(self.run_rate, hit, _RUN_RATE_DECAY)
             if not hit:
                 break
         self.proposed = []
+
+
+def _decayed(rate: float, hit: bool, decay: float) -> float:
+    return decay * rate + (1 - decay) * hit
