@@ -2,12 +2,15 @@
 
 Lookup drafting adds rows to a step; whether that pays depends on how a step's time
 grows with its rows, which differs between CPUs (a fixed share of a step on one 2-core
-box is a small one on a wider CPU), builds and models. So the engine times steps of 1
-and of several sequences with 1, 2, 3 and 5 rows each, fits time = fixed + per_row * rows
-for each (the fastest of four timings per shape, in CPU time of the engine thread:
-other processes only add time, and their time slices are not counted), and
-keeps the four numbers in a small JSON file next to the saved prompt
-caches, keyed by the model file, the llama.cpp build, the CPU and the thread count.
+box is a small one on a wider CPU), builds and models. It is not a straight line: on a
+2-core AVX-512 box one SmolLM2 sequence took 6.0 ms for 1 row, 12.1 ms for 2 (llama.cpp
+leaves its one-row kernels), 14.5 for 3, 21.2 for 5 and 29.4 for 9, so a single draft
+never pays there and four or eight do. So the engine times steps of 1 and of several
+sequences with 1, 2, 3, 5 and 9 rows each (the fastest of four timings per shape, in CPU
+time of the engine thread: other processes only add time, and their time slices are not
+counted) and keeps the table in a small JSON file next to the saved prompt caches, keyed
+by the model file, the llama.cpp build, the CPU and the thread count. Between the rows
+timed, and between 1 and several sequences, a step's time is interpolated.
 
 The file, not a fresh timing, is what later starts read: the draft depth shapes each
 batch, the shape moves llama.cpp's numerics in the last bits, and a cost that changed
@@ -22,9 +25,8 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from pathlib import Path
-
-import numpy as np
 
 from .batch import DecodeBatch
 from .llama_model import LlamaModel
@@ -32,35 +34,54 @@ from .llama_model import LlamaModel
 log = logging.getLogger(__name__)
 
 _PREFIX_TOKENS = 32  # context each timed sequence already holds
-_ROWS_PER_SEQUENCE = (1, 2, 3, 5)  # a step without drafts, and with 1, 2 and 4
+_ROWS_PER_SEQUENCE = (1, 2, 3, 5, 9)  # a step without drafts, and with 1, 2, 4 and 8
 _REPEATS = 4  # timings of each shape; the fastest is kept (noise only adds time)
 _BUDGET_SECONDS = 20.0  # a machine too busy to finish by then does not draft this run
 _MANY = 8  # the "several sequences" point, or fewer where the model has fewer slots
+_FORMAT = 2  # of the stored file: 1 held a straight line, which misled (see above)
+
+
+def _interpolate(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
+    """Piecewise linear through (xs, ys); beyond the ends, the nearest segment extended."""
+    i = 1
+    while i < len(xs) - 1 and x > xs[i]:
+        i += 1
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
 @dataclass(frozen=True)
 class StepCost:
-    """Seconds of a decode step: fixed + per_row * rows, at one sequence and at `many`
-    (linear between the two, as at `many` beyond)."""
+    """Seconds of a decode step with `rows_per_sequence[i]` rows for each sequence: `one`
+    at one sequence, `several` at `many` sequences (linear in the sequences between)."""
 
-    fixed_one: float
-    row_one: float
-    fixed_many: float
-    row_many: float
+    rows_per_sequence: tuple[int, ...]
+    one: tuple[float, ...]
+    several: tuple[float, ...]
     many: int
 
+    def __post_init__(self) -> None:
+        """A stored file that does not hold a usable table is measured again."""
+        xs = self.rows_per_sequence
+        if not (len(xs) >= 2 and len(self.one) == len(self.several) == len(xs)
+                and all(b > a for a, b in pairwise(xs))
+                and all(t > 0 for t in (*self.one, *self.several)) and self.many >= 1):
+            raise ValueError("not a step cost table")
+
     def seconds(self, sequences: int, rows: int) -> float:
+        per_sequence = rows / max(sequences, 1)
+        at_one = _interpolate(self.rows_per_sequence, self.one, per_sequence)
         if self.many <= 1:
-            return self.fixed_one + self.row_one * rows
-        share = min(max((sequences - 1) / (self.many - 1), 0.0), 1.0)
-        fixed = self.fixed_one + share * (self.fixed_many - self.fixed_one)
-        per_row = self.row_one + share * (self.row_many - self.row_one)
-        return fixed + per_row * rows
+            return at_one
+        at_many = _interpolate(self.rows_per_sequence, self.several, per_sequence)
+        share = (sequences - 1) / (self.many - 1)
+        return at_one + max(share, 0.0) * (at_many - at_one)
 
     @classmethod
     def fixed_model(cls, step_cost_in_rows: float) -> StepCost:
-        """The cost model of `step_cost_in_rows` rows' worth a step, in units of a row."""
-        return cls(step_cost_in_rows, 1.0, step_cost_in_rows, 1.0, 1)
+        """A step costing `step_cost_in_rows` rows' worth plus its rows, in units of a row."""
+        c, many = step_cost_in_rows, _MANY
+        return cls((1, 2), (c + 1, c + 2), (c + many, c + 2 * many), many)
 
 
 def cpu_identity() -> str:
@@ -80,7 +101,8 @@ def cpu_identity() -> str:
 
 
 def cost_file(directory: Path, build_and_model: str, threads: int, sequences: int) -> Path:
-    identity = f"{build_and_model}|{cpu_identity()}|threads={threads}|seqs={sequences}"
+    identity = (f"{build_and_model}|{cpu_identity()}|threads={threads}|seqs={sequences}"
+                f"|format={_FORMAT}")
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     return directory / f"step-cost-{key}.json"
 
@@ -91,7 +113,9 @@ def load_or_measure(model: LlamaModel, path: Path | None) -> StepCost | None:
     machine too busy to finish in _BUDGET_SECONDS)."""
     if path is not None:
         try:
-            cost = StepCost(**json.loads(path.read_text()))
+            stored = json.loads(path.read_text())
+            cost = StepCost(**{k: tuple(v) if isinstance(v, list) else v
+                               for k, v in stored.items()})
             log.info("decode step cost from %s", path.name)
             return cost
         except (OSError, ValueError, TypeError):
@@ -116,22 +140,28 @@ def measure(model: LlamaModel) -> StepCost | None:
     started = time.monotonic()
     deadline = started + _BUDGET_SECONDS
     try:
-        one = _fit(model, 1, deadline)
-        several = _fit(model, many, deadline) if many > 1 else one
+        one = _time_steps(model, 1, deadline)
+        several = _time_steps(model, many, deadline) if many > 1 else one
     finally:
         for seq in range(many):
             model.seq_remove(seq)
     if one is None or several is None:
         return None
-    cost = StepCost(one[0], one[1], several[0], several[1], many)
-    log.info("decode step cost measured in %.1f s: %.2f ms + %.2f ms a row (1 sequence), "
-             "%.2f ms + %.2f ms a row (%d)", time.monotonic() - started, 1e3 * one[0],
-             1e3 * one[1], 1e3 * several[0], 1e3 * several[1], many)
+    cost = StepCost(_ROWS_PER_SEQUENCE, one, several, many)
+    log.info("decode step cost measured in %.1f s: %s ms (1 sequence), %s ms (%d), for %s "
+             "rows each", time.monotonic() - started, _ms(one), _ms(several), many,
+             "/".join(map(str, _ROWS_PER_SEQUENCE)))
     return cost
 
 
-def _fit(model: LlamaModel, sequences: int, deadline: float) -> tuple[float, float] | None:
-    """(fixed, per_row) seconds for steps of `sequences` sequences; None past `deadline`."""
+def _ms(seconds: tuple[float, ...]) -> str:
+    return "/".join(f"{1e3 * s:.1f}" for s in seconds)
+
+
+def _time_steps(model: LlamaModel, sequences: int, deadline: float
+                ) -> tuple[float, ...] | None:
+    """Seconds of a step of `sequences` sequences with each of _ROWS_PER_SEQUENCE rows
+    per sequence; None past `deadline`."""
     batch = DecodeBatch(max(_PREFIX_TOKENS, max(_ROWS_PER_SEQUENCE)) * sequences)
     prefix = [model.vocab.bos if model.vocab.bos >= 0 else 0] * _PREFIX_TOKENS
     for seq in range(sequences):
@@ -154,9 +184,6 @@ def _fit(model: LlamaModel, sequences: int, deadline: float) -> tuple[float, flo
                 model.seq_remove(seq, _PREFIX_TOKENS)
             if status != 0 or time.monotonic() > deadline:
                 return None
-    x = np.array([rows * sequences for rows in _ROWS_PER_SEQUENCE], dtype=np.float64)
-    y = np.array([min(timings[rows]) for rows in _ROWS_PER_SEQUENCE])
-    per_row, fixed = np.polyfit(x, y, 1)
-    if not per_row > 0:
-        return None
-    return max(float(fixed), 0.0), float(per_row)
+    seconds = tuple(min(timings[rows]) for rows in _ROWS_PER_SEQUENCE)
+    # More rows never cost less: a noisy timing must not make a deeper draft look free.
+    return tuple(max(seconds[: i + 1]) for i in range(len(seconds)))
