@@ -157,11 +157,27 @@ def test_rates_follow_what_was_sampled() -> None:
     assert lookup.first_rate > first and lookup.run_rate > run
     first, run = lookup.rates
     lookup.propose(3)
-    lookup.observe([7])  # the first guess missed: the run rate saw nothing
+    lookup.observe([7])  # the first guess missed, after a run of hits: the run ended
+    assert lookup.first_rate < first and lookup.run_rate < run
+    first, run = lookup.rates
+    lookup.propose(3)
+    lookup.observe([5])  # missed again, with no run going on: the run rate saw nothing
     assert lookup.first_rate < first and lookup.run_rate == run
     lookup.propose(3)
     lookup.observe([lookup.proposed[0], 9])  # first kept, the second missed
     assert lookup.run_rate < run
+
+
+def test_a_run_is_seen_without_drafts() -> None:
+    """Undrafted steps whose first guesses are sampled one after another feed the run
+    rate: where one draft does not pay, drafting could otherwise never start."""
+    lookup = LookupDraft([1, 2, 3, 4, 5, 6, 1, 2])
+    run = lookup.run_rate
+    for token in (3, 4, 5, 6):
+        assert lookup.propose(4)[0] == token
+        lookup.observe([token])  # one token a step: nothing drafted
+        lookup.push(token)
+    assert lookup.run_rate > run
 
 
 def gpu_like(rows: int) -> float:

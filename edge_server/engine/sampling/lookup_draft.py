@@ -107,6 +107,7 @@ class LookupDraft:
         # and a further one sampled once the one before it was.
         self.first_rate = 0.5
         self.run_rate = 0.5
+        self._after_hit = False  # the last token seen was a guess sampled
         self.proposed: list[int] = []  # this step's lookup, drafted or not
         for token in tokens:
             self.push(token)
@@ -148,17 +149,21 @@ class LookupDraft:
         return self.proposed
 
     def observe(self, sampled: list[int]) -> None:
-        """Updates the rates from the tokens sampled this step, in order: the first lookup
-        token is seen even when nothing was drafted; each further one, up to the first
-        miss, only where the drafts before it were kept."""
+        """Updates the rates from the tokens sampled this step, in order. The first lookup
+        token is seen even when nothing was drafted; so is a run going on without drafts
+        (a first guess sampled right after a guess was), or the run rate, never fed,
+        could never make drafting start where one draft alone does not pay."""
         for i, (guess, token) in enumerate(zip(self.proposed, sampled, strict=False)):
             hit = guess == token
             if i == 0:
                 self.first_rate = _decayed(self.first_rate, hit, _FIRST_RATE_DECAY)
-            else:
+            if i > 0 or self._after_hit:
                 self.run_rate = _decayed(self.run_rate, hit, _RUN_RATE_DECAY)
+            self._after_hit = hit
             if not hit:
                 break
+        if not self.proposed:
+            self._after_hit = False
         self.proposed = []
 
 
