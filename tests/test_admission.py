@@ -100,3 +100,23 @@ def test_refused_before_the_body_is_read(one_slot: RunningServer) -> None:
         assert r.status_code == 429
         time.sleep(0.2)
     assert r.status_code == 200, r.text
+
+
+def test_a_storm_of_refusals_is_held_for_retry_after(one_slot: RunningServer) -> None:
+    """Refusals faster than 20 a second are held for Retry-After before they are sent:
+    a client retrying at once then retries once a second, and costs the server a
+    sleeping coroutine, not CPU. The first refusals of a quiet second go out at once."""
+    with held_streams(one_slot, 2):
+        time.sleep(2.2)  # earlier refusals of this module's tests are out of the window
+
+        def refuse() -> float:
+            start = time.monotonic()
+            r = httpx.post(f"{one_slot.v1}/completions", content=b"{}", timeout=10)
+            assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+            return time.monotonic() - start
+
+        first = [refuse() for _ in range(10)]
+        assert max(first) < 0.5  # a few refusals: answered at once
+        waits = [refuse() for _ in range(20)]  # past 20 in a second: a storm
+        assert max(waits) >= 0.9
+        assert metric(one_slot, "edge_server_requests_refused_unread_total") >= 30
