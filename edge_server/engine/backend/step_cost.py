@@ -114,11 +114,11 @@ def load_or_measure(model: LlamaModel, path: Path | None) -> StepCost | None:
     if path is not None:
         try:
             stored = json.loads(path.read_text())
-            cost = StepCost(**{k: tuple(v) if isinstance(v, list) else v
-                               for k, v in stored.items()})
+            cost = StepCost(tuple(stored["rows_per_sequence"]), tuple(stored["one"]),
+                            tuple(stored["several"]), int(stored["many"]))
             log.info("decode step cost from %s", path.name)
             return cost
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, KeyError):
             pass  # absent or unreadable: measure again
     measured = measure(model)
     if measured is not None and path is not None:
