@@ -61,7 +61,7 @@ class ServeOptions:
                           "drafted rows' logits come from multi-row kernels, so greedy text "
                           "can part from undrafted decoding after some tokens (a request's "
                           "`draft: false` avoids it). Steps draft only where this machine's "
-                          "measured step cost says it pays (0: off; default: 4 where "
+                          "measured step cost says it pays (0: off; default: 8 where "
                           "the model runs on the CPU alone, 0 with a GPU or --rpc)")
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
     queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")
