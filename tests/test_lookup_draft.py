@@ -203,11 +203,16 @@ def test_a_copying_run_drafts_deeper_than_its_first_rate_alone_would() -> None:
     assert choose_depth(long, [(0.7, 0.98)], 8, step_cost) == 8
 
 
-def test_the_margin_grows_with_the_sequences() -> None:
-    # A gain that pays for one sequence does not for eight, where the host's work on
-    # every drafted row is not in the step cost.
+def test_the_margin_grows_beyond_eight_sequences() -> None:
+    # A gain that pays for one sequence pays for eight too; beyond eight the host's work
+    # on every drafted row, which the step cost leaves out, weighs more.
     per_row = [[1]]
-    one_rate = choose_depth(per_row, [(0.38, 0.0)], 1, step_cost)
-    eight = choose_depth(per_row * 8, [(0.38, 0.0)] * 8, 1,
-                         lambda rows: 8 * step_cost(rows // 8))
-    assert one_rate == 1 and eight == 0
+
+    def each(n: int):  # n sequences, each step costing what one sequence's would
+        return lambda rows: n * step_cost(rows // n)
+
+    assert choose_depth(per_row, [(0.45, 0.0)], 1, step_cost) == 1
+    assert choose_depth(per_row * 8, [(0.45, 0.0)] * 8, 1, each(8)) == 1
+    assert choose_depth(per_row * 16, [(0.45, 0.0)] * 16, 1, each(16)) == 0
+    # Below the margin (a 10% gain expected) nothing is drafted, even for one sequence.
+    assert choose_depth(per_row, [(0.40, 0.0)], 1, step_cost) == 0
