@@ -61,12 +61,10 @@ def edit_prompt(tag: str, old: str, new: str) -> str:
 def mode_code_edit(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
     speed, produced = Series(), Series()
     sampling = {"temperature": 0}
-    rounds_done: dict[str, int] = {}
 
-    def measure(server: ServerProcess) -> None:
+    def measure(server: ServerProcess, r: int) -> None:
         # Round r asks both servers for the same change (how many tokens a change touches,
         # and so how many drafts miss, differs from one change to the next).
-        r = rounds_done[server.name] = rounds_done.get(server.name, -1) + 1
         old, new = random.Random(5 + r).choice(CHANGES)
         prompt = edit_prompt(fresh_tag(), old, new)  # unseen: no cached prefix helps
         wall, results = burst(server.url, [prompt], args.edit_tokens, sampling)

@@ -8,10 +8,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def round_order(r: int, items: list[T]) -> list[T]:
+    """What runs in round r: in order on even rounds, reversed on odd ones, so a drift
+    of the machine's speed over a run hits every side alike."""
+    return items if r % 2 == 0 else list(reversed(items))
 
 
 def free_port() -> int:

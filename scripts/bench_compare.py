@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from bench_common import round_order
 from bench_servers import EdgeServer, LlamaServer, ServerProcess
 
 WORDS = [
@@ -125,11 +126,11 @@ class Series:
 
 
 def alternate(rounds: int, servers: list[ServerProcess],
-              measure: Callable[[ServerProcess], None]) -> None:
+              measure: Callable[[ServerProcess, int], None]) -> None:
+    """measure(server, r) for every round r, the servers' order alternating."""
     for r in range(rounds):
-        order = servers if r % 2 == 0 else list(reversed(servers))
-        for server in order:
-            measure(server)
+        for server in round_order(r, servers):
+            measure(server, r)
 
 
 def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
@@ -137,12 +138,10 @@ def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
     kinds = list(LOAD_KINDS) if args.sampling == "both" else [args.sampling]
     speed = {(k, n): Series() for k in kinds for n in levels}
     ttft = {(k, n): Series() for k in kinds for n in levels}
-    rounds_done: dict[str, int] = {}
 
-    def measure(server: ServerProcess) -> None:
+    def measure(server: ServerProcess, r: int) -> None:
         # Round r gives both servers the same words (what a model writes after them, and
         # so how often lookup drafts are kept, varies with them) behind distinct tags.
-        r = rounds_done[server.name] = rounds_done.get(server.name, -1) + 1
         for k, kind in enumerate(kinds):
             for n in levels:
                 rng = random.Random(1000 * r + 100 * k + n)
@@ -183,7 +182,7 @@ def mode_shared_prefix(args: argparse.Namespace, servers: list[ServerProcess]) -
     walls, alone = Series(), Series()
     rng = random.Random(2)
 
-    def measure(server: ServerProcess) -> None:
+    def measure(server: ServerProcess, _round: int) -> None:
         system = f"[{fresh_tag()}] System: {text_of(args.system_words, rng)}\n\n"
         questions = [f"User: question {i}: {text_of(12, rng)}?\nAssistant:" for i in range(8)]
         wall, _ = burst(server.url, [system + q for q in questions], args.answer_tokens)
@@ -204,7 +203,7 @@ def mode_repeat(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
     ttft, share = Series(), Series()
     rng = random.Random(3)
 
-    def measure(server: ServerProcess) -> None:
+    def measure(server: ServerProcess, _round: int) -> None:
         header = "You are a helpful assistant. Answer the question below.\n\n"
         prompts = [f"{header}[{fresh_tag()}] {text_of(args.repeat_words, rng)}" for _ in range(4)]
         for p in prompts:
@@ -227,7 +226,7 @@ def mode_restart(args: argparse.Namespace, servers: list[ServerProcess]) -> None
     ours = next(s for s in servers if s.name == "edge_server")
     theirs = [s for s in servers if s is not ours]
 
-    def measure(server: ServerProcess) -> None:
+    def measure(server: ServerProcess, _round: int) -> None:
         system = f"[{fresh_tag()}] System: {text_of(args.system_words, rng)}\n\n"
         first = burst(server.url, [system + "User: hello?\nAssistant:"], 4)[1][0]
         cold.add(server.name, first.ttft)

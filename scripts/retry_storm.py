@@ -40,6 +40,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from bench_common import round_order  # noqa: E402
 from conftest import DEFAULT_MODEL, loopback_url, start_server, stop_server  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
@@ -151,12 +152,6 @@ def idle(url: str, timeout: float = 60) -> bool:
             return True
         time.sleep(0.5)
     return False
-
-
-def round_order(r: int, phases: list[Phase]) -> list[Phase]:
-    """The phases of round r: in order on even rounds, reversed on odd ones, so a drift
-    of the machine's speed over a run hits the baseline and the storms alike."""
-    return phases if r % 2 == 0 else list(reversed(phases))
 
 
 def main() -> int:

@@ -26,10 +26,11 @@ timings would let the same seed write a different text on a second run.
 Two guards keep drafting from losing where the estimate is off: a step drafts only when
 it expects `draft_margin(n)` times the tokens per second of not drafting, and a sequence
 whose first looked-up tokens are sampled less than MIN_HIT_RATE of the time counts as
-proposing nothing (its rows are paid for, never counted on). The margin grows with the
-sequences: every drafted row is also sampled and its KV entry confirmed or dropped, host
-work the step cost (a timing of llama_decode alone) leaves out, and with many sequences
-the gain a step can make is small beside it.
+proposing nothing (its rows are paid for, never counted on). The margin covers what the
+step cost (llama_decode timed on an idle machine) leaves out: live steps share the cores
+with the HTTP layer and the clients, and each drafted row is also sampled and its KV
+entry kept or dropped. Beyond eight sequences it grows, the gain a step can make there
+being small beside that work.
 
 Numerics: drafted rows are evaluated by llama.cpp's multi-row kernels, whose results
 differ slightly from one-row decoding (they equal those of prompt evaluation), so a
