@@ -68,6 +68,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
                 max_wait_seconds=opts.queue_timeout,
                 adaptive_threads=opts.adaptive_threads == "on",
                 draft_max=min(opts.draft_max, 16) if opts.draft_max >= 0 else -1,
+                stream_interval_ms=min(max(opts.stream_interval_ms, 0.0), 1000.0),
             ),
             chat_template=template.read_text(encoding="utf-8") if template else None,
             prompt_cache_dir=store.models_dir / "prompt-cache" if opts.prompt_cache_mb > 0

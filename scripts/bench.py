@@ -190,6 +190,8 @@ def main() -> None:
                         help="tokens per request (default: 256 single/json, 128 load)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", default="1,4,8", help="load: concurrency levels")
+    parser.add_argument("--bursts", type=int, default=3,
+                        help="load: bursts of requests a round, one after another")
     parser.add_argument("--sampling", choices=["both", "defaults", "shared"], default="both",
                         help="load: each server's defaults (temperature only), one shared "
                              "sampler (top_k 40, top_p 0.95, min_p 0.05), or both tables")

@@ -19,7 +19,20 @@ from conftest import (
     stop_server,
 )
 
-from edge_server.engine.sampling.lookup_draft import LookupDraft, choose_depth, step_cost
+from edge_server.engine.backend.step_cost import StepCost
+from edge_server.engine.sampling.lookup_draft import (
+    STEP_COST_IN_ROWS,
+    LookupDraft,
+    choose_depth,
+)
+
+# The cost drafting assumes where the machine's could not be measured (in rows' worth):
+# a fixed share plus the rows, the same at one sequence and at eight.
+_FALLBACK = StepCost.fixed_model(STEP_COST_IN_ROWS)
+
+
+def step_cost(rows: int) -> float:
+    return _FALLBACK.seconds(1, rows)
 
 FORCED = 28  # a token id; logit_bias +100 makes it the only choice at every step
 LISTS = [

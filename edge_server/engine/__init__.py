@@ -1,8 +1,9 @@
 """The inference engine: continuous batching over one llama.cpp context. It knows no HTTP.
 
 The scheduler core sits at this level: `engine` (one served model behind one object),
-`scheduler` (the step loop), `seating` (where a request's sequences start), `step_batch`
-(one step's rows), `image_prefill`, `jobs`, `waiting` (the queue), `request` (the whole
+`scheduler` (the step loop), `delivery` (when a step's tokens go to the callers),
+`seating` (where a request's sequences start), `step_batch` (one step's rows),
+`image_prefill`, `jobs`, `waiting` (the queue), `request` (the whole
 interface to callers: requests, handles, deltas), `text_stream` (stop strings, UTF-8),
 `chat_template` and `errors`.
 

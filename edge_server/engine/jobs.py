@@ -71,6 +71,7 @@ class Job:
     outbox: list[object] = field(default_factory=list)
     admitted_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
+    posted_at: float | None = None  # when its tokens last went to the caller
     # Waiting for another slot to finish evaluating a shared prefix: (slot, tokens).
     wait_for: tuple[Slot, int] | None = None
 

@@ -26,6 +26,7 @@ from .backend.batch import DecodeBatch
 from .backend.llama_model import LlamaModel
 from .backend.step_cost import StepCost, load_or_measure
 from .backend.thread_tuner import ThreadTuner
+from .delivery import post_outboxes
 from .errors import EngineError
 from .image_prefill import decode_next_image
 from .jobs import Choice, Job, JobStats
@@ -67,6 +68,9 @@ class SchedulerSettings:
     # -1: DEFAULT_DRAFT_MAX where every layer runs on the CPU, else 0 (on an H100,
     # drafting at full depth made steps slower: 0.62-0.76x the tokens/s, 1-8 clients).
     draft_max: int = -1
+    # After a request's first token, its tokens go to the event loop at most this often
+    # (delivery.py); 0: every step's at once.
+    stream_interval_ms: float = 15.0
 
 
 class Scheduler:
@@ -214,6 +218,8 @@ class Scheduler:
         self._admit()
         self._resolve_waits()
         self._seat_pending_choices()
+        if any(job.request.images and job.prefilling for job in self._jobs):
+            self._flush_outboxes([], hold=False)  # an image may take a while to encode
         failed = decode_next_image(self._jobs, self.model, self.projector, self.kv)
         if failed is not None:
             self._abort(*failed)
@@ -225,6 +231,8 @@ class Scheduler:
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
 
+        if step.prefill:
+            self._flush_outboxes([], hold=False)  # a prompt chunk makes a longer step
         status = self.threads.decode(self.model, batch)
         self.kv.decoded()
         if status != 0:
@@ -352,12 +360,9 @@ class Scheduler:
         except Exception:
             log.exception("on_job_done callback failed")
 
-    def _flush_outboxes(self, extra: list[Job]) -> None:
-        ready = [(job.handle, job.outbox) for job in [*self._jobs, *extra] if job.outbox]
-        for job in [*self._jobs, *extra]:
-            job.outbox = []
-        if ready:
-            RequestHandle.post_many(ready)
+    def _flush_outboxes(self, finished: list[Job], hold: bool = True) -> None:
+        post_outboxes(self._jobs, finished, self.settings.stream_interval_ms / 1000,
+                      hold=hold)
 
     # --- admission, prefix sharing and release -----------------------------------------
 

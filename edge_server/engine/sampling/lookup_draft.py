@@ -62,17 +62,12 @@ MARGIN_FLAT_UP_TO = 8  # ... this many
 MIN_HIT_RATE = 0.3  # below it a sequence's lookups are not counted on
 
 
-def step_cost(rows: int) -> float:
-    """A decode step of `rows` rows, in rows' worth."""
-    return STEP_COST_IN_ROWS + rows
-
-
 def draft_margin(sequences: int) -> float:
     return DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQUENCE * max(sequences - MARGIN_FLAT_UP_TO, 0)
 
 
 def choose_depth(proposals: list[list[int]], rates: list[tuple[float, float]], most: int,
-                 cost: Callable[[int], float] = step_cost) -> int:
+                 cost: Callable[[int], float]) -> int:
     """Draft depth (0..most) for a step whose sequences proposed these lookups: the one
     expecting the most tokens per unit of decode time, `cost(rows)` being a step's, if
     that beats no drafts by draft_margin. `rates` holds each sequence's (first, run)

@@ -1,0 +1,39 @@
+"""When the tokens of a step go to the callers' event loops.
+
+Every post wakes an event loop (a write to its self-pipe), and the loop's work on it
+takes the GIL that the engine thread needs for its next step. On a 2-core CPU, a
+wake-up per token cost 10-17% of the tokens/s (SmolLM2, 1 to 8 streaming clients,
+measured against the same server posting every step). So once a request has had its
+first token, its tokens wait until `interval` has passed since its last post and then
+go together, each still its own delta (and its own event on the wire). The first token,
+a finished request's last ones, and everything pending before a long step (a prompt
+chunk, an image) go at once. Where one step outlasts the interval (8 busy sequences on
+a small CPU), every step's tokens go as they did before.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .jobs import Job
+from .request import RequestHandle
+
+
+def post_outboxes(live: list[Job], finished: list[Job], interval: float, *,
+                  hold: bool = True) -> None:
+    """Posts the outboxes of `finished` jobs, and of `live` ones that are due (all of
+    them when `hold` is False), one wake-up per event loop."""
+    now = time.monotonic()
+    ready: list[tuple[RequestHandle, list[object]]] = []
+    for job, done in [*((j, False) for j in live), *((j, True) for j in finished)]:
+        if not job.outbox:
+            continue
+        if (hold and not done and job.posted_at is not None
+                and now - job.posted_at < interval):
+            continue
+        ready.append((job.handle, job.outbox))
+        job.outbox = []
+        if job.first_token_at is not None:
+            job.posted_at = now
+    if ready:
+        RequestHandle.post_many(ready)
