@@ -66,7 +66,7 @@ class ServeOptions:
     stream_interval_ms: float = _opt(15.0, "after a request's first token, its tokens go "
                                      "to the HTTP layer at most this often, each still its "
                                      "own streamed event (a wake-up per token cost a 2-core "
-                                     "CPU a tenth or more of its tokens/s); 0: every decode step's "
+                                     "CPU up to a tenth of its tokens/s); 0: every decode step's "
                                      "tokens at once")
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
     queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")

@@ -1,9 +1,9 @@
 """When the tokens of a step go to the callers' event loops.
 
 Every post wakes an event loop (a write to its self-pipe), and the loop's work on it
-takes the GIL that the engine thread needs for its next step. On a 2-core CPU, a
-wake-up per token cost 10-17% of the tokens/s (SmolLM2, 1 to 8 streaming clients,
-measured against the same server posting every step). So once a request has had its
+takes the GIL that the engine thread needs for its next step. On a 2-core CPU, posting
+every step cost about 5-10% of the tokens/s (SmolLM2, 1 to 8 streaming clients, against
+the same server holding tokens; README, Streaming delivery). So once a request has had its
 first token, its tokens wait until `interval` has passed since its last post and then
 go together, each still its own delta (and its own event on the wire). The first token,
 a finished request's last ones, and everything pending before a long step (a prompt
