@@ -228,8 +228,9 @@ class Scheduler:
         batch = self._batch
         plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost)
         step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
-        if batch.size == 0:
-            return  # only jobs waiting for a shared prefix
+        if batch.size == 0:  # only jobs waiting for a shared prefix
+            self._flush_outboxes([], hold=False)  # no step follows to send what is held
+            return
 
         if step.prefill:
             self._flush_outboxes([], hold=False)  # a prompt chunk makes a longer step
