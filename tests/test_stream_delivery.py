@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -26,9 +25,9 @@ def holding(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
     stop_server(running)
 
 
-def stream_completion(server: RunningServer, body: dict) -> tuple[list[dict], list[float]]:
-    """The stream's chunks and when each arrived."""
-    chunks, stamps = [], []
+def stream_completion(server: RunningServer, body: dict) -> list[dict]:
+    """The stream's chunks."""
+    chunks = []
     with httpx.stream("POST", f"{server.v1}/completions", timeout=120,
                       json={"model": DEFAULT_MODEL, "stream": True,
                             "stream_options": {"include_usage": True}, **body}) as r:
@@ -36,8 +35,7 @@ def stream_completion(server: RunningServer, body: dict) -> tuple[list[dict], li
         for line in r.iter_lines():
             if line.startswith("data: {"):
                 chunks.append(json.loads(line[6:]))
-                stamps.append(time.monotonic())
-    return chunks, stamps
+    return chunks
 
 
 def test_every_token_is_its_own_event_with_the_whole_answers_text(
@@ -45,7 +43,7 @@ def test_every_token_is_its_own_event_with_the_whole_answers_text(
     body = {"prompt": "Write about rivers and stones.", "ignore_eos": True, **SEEDED}
     whole = httpx.post(f"{holding.v1}/completions", timeout=120,
                        json={"model": DEFAULT_MODEL, **body}).json()
-    chunks, _ = stream_completion(holding, body)
+    chunks = stream_completion(holding, body)
     texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
     usage = chunks[-1]["usage"]
     assert usage["completion_tokens"] == whole["usage"]["completion_tokens"] == 24
@@ -63,7 +61,7 @@ def test_a_stop_inside_a_held_batch_ends_the_stream_there(holding: RunningServer
                        json={"model": DEFAULT_MODEL, **body}).json()["choices"][0]["text"]
     assert len(whole) > 6
     stop = whole[4:6]  # a stop string the answer reaches after a few tokens
-    chunks, _ = stream_completion(holding, {**body, "stop": [stop]})
+    chunks = stream_completion(holding, {**body, "stop": [stop]})
     text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     assert text == whole[: whole.index(stop)]
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
@@ -73,7 +71,7 @@ def test_n_choices_each_get_all_their_tokens(holding: RunningServer) -> None:
     body = {"prompt": "Name a colour:", "n": 2, **SEEDED}
     whole = httpx.post(f"{holding.v1}/completions", timeout=120,
                        json={"model": DEFAULT_MODEL, **body}).json()
-    chunks, _ = stream_completion(holding, body)
+    chunks = stream_completion(holding, body)
     texts = {0: "", 1: ""}
     reasons = {}
     for chunk in chunks:
@@ -88,7 +86,7 @@ def test_n_choices_each_get_all_their_tokens(holding: RunningServer) -> None:
 
 
 def test_a_client_leaving_while_tokens_are_held_frees_its_slot(
-        holding: RunningServer, tmp_path: Path) -> None:
+        holding: RunningServer) -> None:
     body = {"model": DEFAULT_MODEL, "prompt": "Tell a long story.", "max_tokens": 2000,
             "ignore_eos": True, "stream": True, "draft": False}
     with httpx.stream("POST", f"{holding.v1}/completions", json=body, timeout=120) as r:

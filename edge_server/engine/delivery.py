@@ -6,9 +6,10 @@ every step cost about 5-10% of the tokens/s (SmolLM2, 1 to 8 streaming clients, 
 the same server holding tokens; README, Streaming delivery). So once a request has had its
 first token, its tokens wait until `interval` has passed since its last post and then
 go together, each still its own delta (and its own event on the wire). The first token,
-a finished request's last ones, and everything pending before a long step (a prompt
-chunk, an image) go at once. Where one step outlasts the interval (8 busy sequences on
-a small CPU), every step's tokens go as they did before.
+a finished request's last ones, and everything pending before a step while a prompt is
+being evaluated (its chunks and images make long steps) go at once. Where one step
+outlasts the interval (8 busy sequences on a small CPU), every step's tokens go as they
+did before.
 """
 
 from __future__ import annotations
@@ -24,14 +25,10 @@ def post_outboxes(live: list[Job], finished: list[Job], interval: float, *,
     """Posts the outboxes of `finished` jobs, and of `live` ones that are due (all of
     them when `hold` is False), one wake-up per event loop."""
     now = time.monotonic()
-    ready: list[tuple[RequestHandle, list[object]]] = []
-    for job, done in [*((j, False) for j in live), *((j, True) for j in finished)]:
-        if not job.outbox:
-            continue
-        if (hold and not done and job.posted_at is not None
-                and now - job.posted_at < interval):
-            continue
-        ready.append((job.handle, job.outbox))
+    due = [job for job in live if job.outbox and not (
+        hold and job.posted_at is not None and now - job.posted_at < interval)]
+    ready = [(job.handle, job.outbox) for job in [*due, *finished] if job.outbox]
+    for job in [*due, *finished]:
         job.outbox = []
         if job.first_token_at is not None:
             job.posted_at = now

@@ -218,8 +218,9 @@ class Scheduler:
         self._admit()
         self._resolve_waits()
         self._seat_pending_choices()
-        if any(job.request.images and job.prefilling for job in self._jobs):
-            self._flush_outboxes([], hold=False)  # an image may take a while to encode
+        if any(job.prefilling for job in self._jobs):
+            # Prompt chunks and images make long steps: send what is held first.
+            self._flush_outboxes([], hold=False)
         failed = decode_next_image(self._jobs, self.model, self.projector, self.kv)
         if failed is not None:
             self._abort(*failed)
@@ -228,12 +229,9 @@ class Scheduler:
         batch = self._batch
         plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost)
         step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
-        if batch.size == 0:  # only jobs waiting for a shared prefix
-            self._flush_outboxes([], hold=False)  # no step follows to send what is held
-            return
+        if batch.size == 0:
+            return  # only jobs waiting for a shared prefix
 
-        if step.prefill:
-            self._flush_outboxes([], hold=False)  # a prompt chunk makes a longer step
         status = self.threads.decode(self.model, batch)
         self.kv.decoded()
         if status != 0:
