@@ -71,6 +71,18 @@ def test_models_list_the_image_input(vision: RunningServer) -> None:
     assert card["input_modalities"] == ["text", "image"]
 
 
+def test_apply_template_and_props_show_the_image_input(vision: RunningServer) -> None:
+    parts = [{"type": "image_url", "image_url": {"url": png_url(1)}},
+             {"type": "text", "text": "and"},
+             {"type": "image_url", "image_url": {"url": png_url(2)}}]
+    r = httpx.post(f"{vision.base_url}/apply-template",
+                   json={"messages": [{"role": "user", "content": parts}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["prompt"].count("<__media__>") == 2
+    props = httpx.get(f"{vision.base_url}/props").json()
+    assert props["modalities"] == {"vision": True, "audio": False}
+
+
 def test_chat_counts_image_tokens_and_reads_the_image(vision: RunningServer) -> None:
     scored = {"logprobs": True, "top_logprobs": 5}
     a, b = png_url(1), png_url(2)

@@ -1,5 +1,6 @@
-"""separate_reasoning and enable_thinking, through a template that opens a think block
-(as Qwen3- and DeepSeek-R1-style templates do)."""
+"""separate_reasoning and enable_thinking (as a field, or in chat_template_kwargs as vLLM
+and llama-server take it), through a template that opens a think block (as Qwen3- and
+DeepSeek-R1-style templates do) and reads a variable of the caller's own (`note`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from conftest import RunningServer, start_server, stop_server
 from edge_server.api.chat.reasoning import ReasoningSplitter
 
 THINKING_TEMPLATE = (
+    "{% if note %}{{ note }}\n{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking %}<think>\n{% else %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
@@ -67,6 +69,30 @@ def test_enable_thinking_reaches_the_template(thinking_server, forced) -> None:
     message = off["choices"][0]["message"]
     assert message["content"] in (forced[1] * 12, (forced[1] * 12).strip())
     assert "reasoning_content" not in message
+
+
+def test_chat_template_kwargs_reach_the_template(thinking_server, forced) -> None:
+    off = post(thinking_server, forced, separate_reasoning=True, enable_thinking=False)
+    # The kwarg means what the field means, and wins over it.
+    for body in ({"chat_template_kwargs": {"enable_thinking": False}},
+                 {"enable_thinking": True, "chat_template_kwargs": {"enable_thinking": False}}):
+        kwarg = post(thinking_server, forced, separate_reasoning=True, **body)
+        assert kwarg["usage"] == off["usage"]
+        assert kwarg["choices"][0]["message"] == off["choices"][0]["message"]
+    base = thinking_server.base_url
+    messages = [{"role": "user", "content": "Hi"}]
+    prompt = httpx.post(f"{base}/apply-template", json={
+        "messages": messages, "chat_template_kwargs": {"enable_thinking": False}}).json()
+    assert prompt["prompt"].endswith("<think>\n\n</think>\n\n")
+    # A variable of the caller's own is caller text: its control text stays plain text.
+    note = "Note <|im_end|> this."
+    with_note = httpx.post(f"{base}/apply-template", json={
+        "messages": messages, "chat_template_kwargs": {"note": note}}).json()["prompt"]
+    assert with_note.startswith(note + "\n")
+    [end] = httpx.post(f"{base}/tokenize", json={"content": "<|im_end|>"}).json()["tokens"]
+    tokens = httpx.post(f"{base}/tokenize", json={
+        "messages": messages, "chat_template_kwargs": {"note": note}}).json()["tokens"]
+    assert tokens.count(end) == 1  # the template's own, after the message
 
 
 def test_reasoning_streams_as_reasoning_deltas(thinking_server, forced) -> None:

@@ -34,6 +34,7 @@ from .ollama.error_shape import is_ollama_path, ollama_error
 from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
+from .routers.props import routes as props_routes
 from .routers.tokenize import routes as tokenize_routes
 from .routers.unprefixed import unprefixed_routes
 from .webui import api_router as chat_page
@@ -130,7 +131,8 @@ def create_app(
     openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *model_routes]
     app = Starlette(
         routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
-                *tokenize_routes, *messages_routes, *response_routes, *ollama_routes,
+                *tokenize_routes, *props_routes, *messages_routes, *response_routes,
+                *ollama_routes,
                 metrics_route(metrics), openapi_route(secured=bool(api_keys)),
                 *(chat_page.routes() if webui else [])],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -136,6 +136,11 @@ class Engine:
         return self.projector.modalities if self.projector is not None else ()
 
     @property
+    def n_slots(self) -> int:
+        """Requests (choices) generated at once; the rest wait."""
+        return self.scheduler.n_slots
+
+    @property
     def n_ctx(self) -> int:
         """Tokens one request may use: prompt plus completion, in its own KV stream."""
         return self.model.n_ctx_seq

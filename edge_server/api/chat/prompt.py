@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine import Engine
-from ...engine.chat_template import TemplateError
+from ...engine.chat_template import RenderedChat, TemplateError
 from ...engine.multimodal.projector import RgbImage
 from ...engine.request import ImageSpan
 from ..common.images import check_image_count, decode_image_url, image_errors
@@ -132,14 +132,21 @@ def template_messages(
     return out
 
 
-def chat_prompt(
+# Where an image stands in a rendered prompt shown to a caller: llama.cpp's media marker.
+MEDIA_MARKER = "<__media__>"
+
+
+def render_chat(
     messages: list[ChatMessage],
     engine: Engine,
     tools: list[Tool],
     *,
     enable_thinking: bool | None = True,
     add_generation_prompt: bool = True,
-) -> ChatPrompt:
+    template_kwargs: dict[str, Any] | None = None,
+) -> tuple[RenderedChat, dict[str, RgbImage]]:
+    """The model's chat template applied to the messages, and the images standing in the
+    text as sentinels (checked and decoded, not yet evaluated)."""
     # Every message renders to at least one token in any real template.
     if len(messages) > engine.n_ctx:
         raise too_long(
@@ -148,7 +155,7 @@ def chat_prompt(
         )
     images = _Images(engine)
     items = template_messages(messages, engine, tools, images)
-    variables: dict[str, Any] = {"enable_thinking": enable_thinking}
+    variables: dict[str, Any] = {"enable_thinking": enable_thinking, **(template_kwargs or {})}
     if tools and engine.chat_template.renders_tools:
         variables["tools"] = tooling.tool_specs(tools)
     try:
@@ -158,11 +165,37 @@ def chat_prompt(
     except TemplateError as exc:
         raise invalid("messages", str(exc), "invalid_messages") from exc
     check_prompt_bytes(rendered.text, engine, "messages")
-    if not images.by_sentinel:
+    return rendered, images.by_sentinel
+
+
+def chat_prompt(
+    messages: list[ChatMessage],
+    engine: Engine,
+    tools: list[Tool],
+    *,
+    enable_thinking: bool | None = True,
+    add_generation_prompt: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
+) -> ChatPrompt:
+    rendered, images = render_chat(messages, engine, tools, enable_thinking=enable_thinking,
+                                   add_generation_prompt=add_generation_prompt,
+                                   template_kwargs=template_kwargs)
+    if not images:
         return ChatPrompt(rendered.text, engine.tokenize_chat(rendered))
-    for key in images.by_sentinel:
+    for key in images:
         if rendered.text.count(key) != 1:  # a template that drops or repeats content
             raise invalid("messages", "the chat template did not place each image once")
     with image_errors("messages"):
-        prompt = engine.tokenize_chat_images(rendered, images.by_sentinel)
+        prompt = engine.tokenize_chat_images(rendered, images)
     return ChatPrompt(rendered.text, prompt.tokens, prompt.images)
+
+
+def shown_text(rendered: RenderedChat, images: dict[str, RgbImage]) -> str:
+    """A rendered chat as llama-server's /apply-template shows it: caller strings as
+    written, each image as the media marker."""
+    text = rendered.text
+    for sentinel, control in rendered.literals.items():
+        text = text.replace(sentinel, control)
+    for key in images:
+        text = text.replace(key, MEDIA_MARKER)
+    return text

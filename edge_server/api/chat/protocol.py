@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..common.protocol import SamplingRequest, UsageInfo
 from ..http.limits import (
@@ -18,6 +19,30 @@ from ..http.limits import (
     nesting_depth,
     within_depth,
 )
+
+# chat_template_kwargs: extra variables for the chat template (llama-server's and vLLM's
+# field). Names the server itself gives the template cannot be replaced.
+MAX_TEMPLATE_KWARGS = 32
+_TEMPLATE_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_SERVER_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
+                               "eos_token"})
+
+
+def _template_kwargs(value: dict[str, Any]) -> dict[str, Any]:
+    if len(value) > MAX_TEMPLATE_KWARGS:
+        raise ValueError(f"at most {MAX_TEMPLATE_KWARGS} template variables")
+    for key in value:
+        if not _TEMPLATE_VARIABLE.fullmatch(key):
+            raise ValueError(f"{key[:64]!r} is not a template variable name (letters, "
+                             "digits and _, up to 64)")
+        if key in _SERVER_VARIABLES:
+            raise ValueError(f"`{key}` is set by the server; send it as its own field")
+    if not isinstance(value.get("enable_thinking", True), bool):
+        raise ValueError("`enable_thinking` must be true or false")
+    return value
+
+
+TemplateKwargs = Annotated[dict[str, Any], AfterValidator(_template_kwargs)]
 
 
 class ContentPart(BaseModel):
@@ -133,6 +158,8 @@ class ChatCompletionRequest(SamplingRequest):
     function_call: Literal["none", "auto"] | FunctionName | None = None
     separate_reasoning: bool | None = False
     enable_thinking: bool | None = True
+    # Its `enable_thinking`, where given, wins over the field above.
+    chat_template_kwargs: TemplateKwargs | None = None
 
     @model_validator(mode="after")
     def _completion_tokens_alias(self) -> ChatCompletionRequest:

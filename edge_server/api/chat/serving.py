@@ -96,7 +96,8 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         if sampling.grammar is not None:
             raise grammar_conflict("tool_choice")
         sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
-    prompt = chat_prompt(req.messages, engine, tools, enable_thinking=req.enable_thinking)
+    prompt = chat_prompt(req.messages, engine, tools, enable_thinking=req.enable_thinking,
+                         template_kwargs=req.chat_template_kwargs)
     request = GenerationRequest(
         prompt_tokens=prompt.tokens,
         max_tokens=max_tokens_for(req, len(prompt.tokens), engine.n_ctx, None),

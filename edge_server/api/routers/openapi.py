@@ -36,7 +36,13 @@ from ..messages.protocol import (
 from ..ollama import protocol as ollama
 from ..responses.protocol import ResponseObject, ResponsesRequest
 from .models import HealthResponse, ModelCard, ModelList
-from .tokenize import DetokenizeRequest, TokenizeRequest
+from .props import PropsResponse
+from .tokenize import (
+    ApplyTemplateRequest,
+    ApplyTemplateResponse,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 from .unprefixed import UNPREFIXED_PATHS, without_v1
 
 log = logging.getLogger(__name__)
@@ -95,6 +101,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/detokenize"): Operation(
         "detokenize", "Token ids back to text", DetokenizeRequest, DetokenizeResponse,
         errors=_MODEL_ERRORS),
+    ("POST", "/apply-template"): Operation(
+        "applyTemplate", "Chat messages to the prompt text the model's chat template "
+        "makes of them (llama-server's route)", ApplyTemplateRequest, ApplyTemplateResponse,
+        errors=_MODEL_ERRORS),
+    ("GET", "/props"): Operation(
+        "props", "llama-server's properties of a model: context, slots, chat template, "
+        "default sampler (`?model=` for another than the default)", response=PropsResponse,
+        errors=(404, 503)),
     ("POST", "/v1/messages"): Operation(
         "createMessage", "Anthropic Messages API: the next assistant message", MessagesRequest,
         MessagesResponse, streams=True, errors=_MODEL_ERRORS, error=AnthropicErrorResponse,

@@ -1,5 +1,6 @@
-"""POST /tokenize and /detokenize (as llama.cpp's server has them): clients count tokens
-and find ids for logit_bias without a tokenizer of their own.
+"""POST /tokenize, /detokenize and /apply-template (as llama.cpp's server has them):
+clients count tokens, find ids for logit_bias and see the prompt a chat becomes without
+a tokenizer or template engine of their own. `model` is optional: the default model.
 
 /tokenize takes either `content` (raw text; `parse_special: false` reads control-token
 text such as `<|im_end|>` as plain text) or chat `messages` (and `tools`), which give
@@ -16,23 +17,47 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ...default_model import DEFAULT_ALIAS
 from ...engine import Engine
-from ..chat.prompt import chat_prompt
-from ..chat.protocol import ChatMessage, Tool
+from ..chat.prompt import chat_prompt, render_chat, shown_text
+from ..chat.protocol import ChatMessage, TemplateKwargs, Tool
 from ..common.prompt_bounds import check_prompt_bytes, check_token_count
 from ..common.serving import check_prompt_tokens
 from ..http.dependencies import off_loop, parse_body, serve_with_model
 from ..http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
 
 
-class TokenizeRequest(BaseModel):
-    model: str
-    content: str | None = None
-    add_special: bool = False
-    parse_special: bool = True
+class ChatInput(BaseModel):
+    """A chat as /v1/chat/completions takes it, for the template alone."""
+
+    model: str = DEFAULT_ALIAS
     messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     add_generation_prompt: bool = True
+    enable_thinking: bool | None = True
+    chat_template_kwargs: TemplateKwargs | None = None
+
+    def rendered(self, engine: Engine) -> str:
+        assert self.messages is not None
+        # Rendered only: nothing is tokenized or evaluated (images included).
+        return shown_text(*render_chat(self.messages, engine, self.tools or [],
+                                       enable_thinking=self.enable_thinking,
+                                       add_generation_prompt=self.add_generation_prompt,
+                                       template_kwargs=self.chat_template_kwargs))
+
+
+class ApplyTemplateRequest(ChatInput):
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+
+class ApplyTemplateResponse(BaseModel):
+    prompt: str
+
+
+class TokenizeRequest(ChatInput):
+    content: str | None = None
+    add_special: bool = False
+    parse_special: bool = True
 
     @model_validator(mode="after")
     def _one_input(self) -> TokenizeRequest:
@@ -42,7 +67,7 @@ class TokenizeRequest(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model: str
+    model: str = DEFAULT_ALIAS
     tokens: list[int]
 
     @field_validator("tokens", mode="plain")
@@ -55,7 +80,9 @@ def _tokens(body: TokenizeRequest, engine: Engine) -> list[int]:
     if body.messages is not None:
         prompt = chat_prompt(
             body.messages, engine, body.tools or [],
+            enable_thinking=body.enable_thinking,
             add_generation_prompt=body.add_generation_prompt,
+            template_kwargs=body.chat_template_kwargs,
         )
         check_token_count(len(prompt.tokens), engine, "messages")
         return prompt.tokens
@@ -93,7 +120,18 @@ async def detokenize(request: Request) -> Response:
     return await serve_with_model(request, body.model, serve)
 
 
+async def apply_template(request: Request) -> Response:
+    body = await parse_body(request, ApplyTemplateRequest)
+
+    async def serve(engine: Engine) -> Response:
+        prompt = await off_loop(body.rendered, engine)
+        return JSONResponse(ApplyTemplateResponse(prompt=prompt).model_dump())
+
+    return await serve_with_model(request, body.model, serve)
+
+
 routes = [
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
+    Route("/apply-template", apply_template, methods=["POST"]),
 ]

@@ -1,0 +1,99 @@
+"""GET /props, as llama-server has it: what a client written for llama-server reads
+about the model being served (the context one request may use, the slots, the chat
+template and its special tokens, the sampler a request gets by default, which inputs
+the model reads). `?model=` names another model than the default.
+
+Read-only: llama-server's POST /props, which changes settings at run time, is not served.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ... import __version__
+from ...default_model import DEFAULT_ALIAS
+from ...engine import Engine
+from ..common.protocol import SamplingRequest
+from ..common.serving import sampling_params
+from ..http.dependencies import serve_with_model
+
+
+class Modalities(BaseModel):
+    vision: bool
+    audio: bool
+
+
+class GenerationSettings(BaseModel):
+    n_ctx: int  # tokens one request may use, prompt plus completion
+    params: dict[str, Any]  # the default sampler, in llama-server's names
+
+
+class PropsResponse(BaseModel):
+    default_generation_settings: GenerationSettings
+    total_slots: int
+    model_alias: str
+    model_path: str  # the file's name only: where models live is not the caller's
+    chat_template: str
+    bos_token: str
+    eos_token: str
+    modalities: Modalities
+    build_info: str
+
+
+def _build_info() -> str:
+    try:
+        binding = importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        binding = "unknown"
+    return f"edge_server {__version__} (llama-cpp-python {binding})"
+
+
+def default_sampler(engine: Engine) -> dict[str, Any]:
+    """The sampler of a request that sets none of its fields, in llama-server's names."""
+    params = sampling_params(SamplingRequest(), engine)
+    return {
+        "temperature": params.temperature,
+        "top_k": params.top_k,
+        "top_p": params.top_p,
+        "min_p": params.min_p,
+        "repeat_penalty": params.repetition_penalty,
+        "presence_penalty": params.presence_penalty,
+        "frequency_penalty": params.frequency_penalty,
+        "mirostat": 0 if params.mirostat_target is None else 2,
+        "seed": -1 if params.seed is None else params.seed,  # -1: a new seed per request
+        "ignore_eos": params.ignore_eos,
+    }
+
+
+def model_props(engine: Engine) -> PropsResponse:
+    template = engine.chat_template
+    return PropsResponse(
+        default_generation_settings=GenerationSettings(n_ctx=engine.n_ctx,
+                                                       params=default_sampler(engine)),
+        total_slots=engine.n_slots,
+        model_alias=engine.model_id,
+        model_path=engine.path.name,
+        chat_template=template.source,
+        bos_token=template.bos_token,
+        eos_token=template.eos_token,
+        modalities=Modalities(vision="image" in engine.modalities,
+                              audio="audio" in engine.modalities),
+        build_info=_build_info(),
+    )
+
+
+async def props(request: Request) -> Response:
+    async def serve(engine: Engine) -> Response:
+        return JSONResponse(model_props(engine).model_dump())
+
+    return await serve_with_model(request, request.query_params.get("model", DEFAULT_ALIAS),
+                                  serve)
+
+
+routes = [Route("/props", props, methods=["GET"])]
