@@ -23,6 +23,7 @@ from edge_server.engine.backend.step_cost import StepCost
 from edge_server.engine.sampling.lookup_draft import (
     STEP_COST_IN_ROWS,
     LookupDraft,
+    Reference,
     choose_depth,
 )
 
@@ -160,6 +161,29 @@ def test_lookup_continues_a_loop_into_its_own_draft() -> None:
     assert lookup.lookup(5) == [6, 7, 5, 6, 7]
     assert LookupDraft([1, 2, 3]).lookup(4) == []  # no earlier occurrence
     assert LookupDraft([9, -4, -5, 9]).lookup(3) == []  # never an image placeholder
+
+
+def test_a_reference_is_looked_up_first_and_followed_past_repeats() -> None:
+    # The reference repeats "1 2" (a repeated line): after following it to 7, the lookup
+    # of "1 2" goes on from there, not back to its first occurrence.
+    reference = [1, 2, 3, 7, 1, 2, 4, 8]
+    lookup = LookupDraft([1, 2, 9, 1, 2], reference)
+    assert lookup.propose(2) == [3, 7]  # the reference wins over the history's [9, 1]
+    assert lookup.observe([3, 7, 5]) == 2  # both predicted tokens sampled
+    for token in (3, 7, 1, 2):
+        lookup.push(token)
+    assert lookup.propose(2) == [4, 8]  # past the cursor: the second "1 2"
+    assert lookup.observe([6]) == 0
+    assert LookupDraft([5, 6], reference).lookup(3) == []  # no n-gram of it occurs
+    history_only = LookupDraft([1, 2, 9, 1, 2])
+    assert history_only.propose(2) == [9, 1] and history_only.observe([9, 1]) == 0
+    # Repeats: the first occurrence at or past the point last followed, else the first.
+    repeated = Reference([1, 2, 3, 1, 2, 4])
+    assert repeated.follow((1, 2)) == 2
+    repeated.cursor = 3
+    assert repeated.follow((1, 2)) == 5
+    repeated.cursor = 6
+    assert repeated.follow((1, 2)) == 2 and repeated.follow((9,)) is None
 
 
 def test_rates_follow_what_was_sampled() -> None:

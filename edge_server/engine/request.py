@@ -44,6 +44,8 @@ class GenerationRequest:
     # False: every step this request takes part in decodes one row per sequence, so its
     # tokens come from one-row kernels (lookup_draft.py on why drafted rows differ).
     draft: bool = True
+    # The answer expected (OpenAI's predicted output): drafts are looked up in it first.
+    prediction: list[int] = field(default_factory=list)
     # Whose cache this prompt may use and fill: prefixes are shared only between requests
     # of the same partition (an opaque id; "" for all when callers are not told apart).
     partition: str = ""
@@ -64,6 +66,9 @@ class GenerationRequest:
         text = [t for t in tokens if t >= 0] if self.images else tokens
         if any(not 0 <= t < n_vocab for t in text):
             raise EngineError("the prompt holds a token id outside the vocabulary", status=400)
+        if len(self.prediction) > n_ctx or any(not 0 <= t < n_vocab for t in self.prediction):
+            raise EngineError("the prediction must be at most the context's tokens, each in "
+                              "the vocabulary", status=400)
         if not 1 <= self.n <= 128:
             raise EngineError("n must be between 1 and 128", status=400)
         if self.max_tokens < 0:
@@ -136,6 +141,8 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    prediction_tokens: int = 0  # the prediction's tokens, once per choice
+    prediction_accepted: int = 0  # of them, those the answer followed
 
 
 _DONE = object()
@@ -146,7 +153,8 @@ class RequestHandle:
 
     def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> None:
         self.request = request
-        self.usage = Usage(prompt_tokens=len(request.prompt_tokens))
+        self.usage = Usage(prompt_tokens=len(request.prompt_tokens),
+                           prediction_tokens=len(request.prediction) * request.n)
         self.cancelled = False
         # With prompt_logprobs: one entry per prompt token, None for the first.
         self.prompt_logprobs: list[TokenLogprob | None] = []

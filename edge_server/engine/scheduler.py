@@ -268,7 +268,7 @@ class Scheduler:
             self._record_decoded(choice, drafts[i])
             kept += 1
         if choice.lookup is not None:
-            choice.lookup.observe(sampled)
+            job.handle.usage.prediction_accepted += choice.lookup.observe(sampled)
         if drafts:
             self.drafts.drafted += len(drafts)
             self.drafts.accepted += kept

@@ -66,7 +66,8 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
     for job, choice in generating:
         assert choice.slot is not None
         if choice.lookup is None:
-            choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token])
+            choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token],
+                                        job.request.prediction)
         rates.append(choice.lookup.rates)
         proposal = choice.lookup.propose(max(most, 1))
         # Drafts past the choice's last token could only be thrown away.

@@ -145,6 +145,27 @@ class FunctionName(BaseModel):
     name: str
 
 
+class Prediction(BaseModel):
+    """OpenAI's predicted output: text the answer is expected to repeat (a file being
+    edited). It shapes drafting only, never the answer."""
+
+    type: Literal["content"]
+    content: str | Annotated[list[ContentPart], Field(max_length=MAX_CONTENT_PARTS)]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text or "" for part in self.content)
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, v: str | list[ContentPart]) -> str | list[ContentPart]:
+        if not isinstance(v, str) and any(part.type != "text" for part in v):
+            raise ValueError("a prediction's parts must be text")
+        return v
+
+
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -158,6 +179,7 @@ class ChatCompletionRequest(SamplingRequest):
     function_call: Literal["none", "auto"] | FunctionName | None = None
     separate_reasoning: bool | None = False
     enable_thinking: bool | None = True
+    prediction: Prediction | None = None
     # Its `enable_thinking`, where given, wins over the field above.
     chat_template_kwargs: TemplateKwargs | None = None
 

@@ -14,6 +14,7 @@ from ...engine import Engine, GenerationRequest
 from ...engine.request import RequestHandle
 from ..common.llama_fields import grammar_conflict
 from ..common.logprobs_format import chat_logprobs
+from ..common.prompt_bounds import check_prompt_bytes, check_token_count
 from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
 from ..common.serving import (
     ChoiceResult,
@@ -84,6 +85,18 @@ def _check_fields(req: ChatCompletionRequest) -> None:
             raise invalid("tool_choice", f"no tool named {name!r} in `tools`")
 
 
+def prediction_tokens(req: ChatCompletionRequest, engine: Engine) -> list[int]:
+    """The predicted output's tokens, read as plain text (control-token text included),
+    bounded as prompts are."""
+    if req.prediction is None:
+        return []
+    text = req.prediction.text
+    check_prompt_bytes(text, engine, "prediction")
+    tokens = engine.tokenize(text, add_special=False, parse_special=False)
+    check_token_count(len(tokens), engine, "prediction")
+    return tokens
+
+
 def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
     """Everything before the engine: checks, grammars, the rendered and tokenized prompt.
     CPU-bound (templates, tokenizer, schema conversion), so it runs off the event loop."""
@@ -108,6 +121,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
         images=prompt.images,
         draft=req.draft is not False,
+        prediction=prediction_tokens(req, engine),
         **budgets(req),
     )
     check_answer_size(AnswerShape(prompts=1, choices=request.n, echoed_tokens=0,

@@ -37,7 +37,7 @@ from ...engine.sampling.logprobs import TokenLogprob
 from ..http.auth import tenant_of
 from ..http.errors import APIError, from_engine_error, invalid
 from .llama_fields import check_llama_server_fields, grammar_conflict, user_grammar
-from .protocol import PromptTokensDetails, SamplingRequest, UsageInfo
+from .protocol import CompletionTokensDetails, PromptTokensDetails, SamplingRequest, UsageInfo
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,12 @@ def usage_info(usage: Usage) -> UsageInfo:
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.prompt_tokens + usage.completion_tokens,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+        completion_tokens_details=None if not usage.prediction_tokens else (
+            CompletionTokensDetails(
+                accepted_prediction_tokens=min(usage.prediction_accepted,
+                                               usage.prediction_tokens),
+                rejected_prediction_tokens=max(usage.prediction_tokens
+                                               - usage.prediction_accepted, 0))),
     )
 
 

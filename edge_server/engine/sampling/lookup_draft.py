@@ -32,6 +32,13 @@ with the HTTP layer and the clients, and each drafted row is also sampled and it
 entry kept or dropped. Beyond eight sequences it grows, the gain a step can make there
 being small beside that work.
 
+A request may also give a reference text, OpenAI's predicted output (`prediction`): the
+answer it expects, e.g. the file being edited. Its n-grams are looked up before the
+sequence's own: where the answer follows the reference, drafts come from it, and after
+a departure (the edit) the next n-gram that matches finds the reference again, at its
+first occurrence past the point last followed, so a repeated line does not send the
+lookup to the reference's end.
+
 Numerics: drafted rows are evaluated by llama.cpp's multi-row kernels, whose results
 differ slightly from one-row decoding (they equal those of prompt evaluation), so a
 greedy output can diverge from its undrafted twin after some tokens. A request may turn
@@ -40,7 +47,8 @@ drafting off for the steps it takes part in (GenerationRequest.draft).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 NGRAM_SIZES = (3, 2, 1)  # longest match first
@@ -97,13 +105,37 @@ class DraftCounts:
     accepted: int = 0
 
 
+class Reference:
+    """A predicted output's tokens, indexed by their n-grams (every occurrence)."""
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = list(tokens)
+        self._at: dict[tuple[int, ...], list[int]] = {}  # n-gram -> indexes that follow it
+        for end in range(1, len(self.tokens)):
+            for size in NGRAM_SIZES:
+                if end >= size:
+                    self._at.setdefault(tuple(self.tokens[end - size : end]), []).append(end)
+        self.cursor = 0  # where the answer last followed the reference
+
+    def follow(self, gram: tuple[int, ...]) -> int | None:
+        """The index after the gram's first occurrence at or past the cursor (else its
+        first), None where it never occurs."""
+        found = self._at.get(gram)
+        if not found:
+            return None
+        i = bisect.bisect_left(found, self.cursor)
+        return found[i] if i < len(found) else found[0]
+
+
 class LookupDraft:
     """One choice's token history, indexed by its n-grams, and its lookup hit rate."""
 
-    def __init__(self, tokens: list[int]) -> None:
+    def __init__(self, tokens: list[int], reference: Sequence[int] = ()) -> None:
         self.tokens: list[int] = []
         # n-gram -> index of the token that followed its latest occurrence
         self._follow: dict[tuple[int, ...], int] = {}
+        self.reference = Reference(reference) if reference else None
+        self._from_reference: int | None = None  # where this step's lookup read it
         # Uncommitted until lookups have been seen: the first looked-up token sampled,
         # and a further one sampled once the one before it was.
         self.first_rate = 0.5
@@ -126,13 +158,21 @@ class LookupDraft:
         tokens.append(token)
 
     def lookup(self, depth: int) -> list[int]:
-        """Up to `depth` tokens that followed the newest n-gram's last earlier occurrence.
-        Continuing into the tokens it proposes makes a repeating loop draft whole."""
+        """Up to `depth` tokens that followed the newest n-gram: in the reference, else
+        at its last earlier occurrence in the sequence. Continuing into the tokens it
+        proposes makes a repeating loop draft whole."""
+        self._from_reference = None
         tokens = self.tokens
         for size in NGRAM_SIZES:
-            if len(tokens) <= size:
+            if len(tokens) < size:
                 continue
-            start = self._follow.get(tuple(tokens[-size:]))
+            gram = tuple(tokens[-size:])
+            start = self.reference.follow(gram) if self.reference is not None else None
+            if start is not None:
+                assert self.reference is not None
+                self._from_reference = start
+                return self.reference.tokens[start : start + depth]
+            start = self._follow.get(gram) if len(tokens) > size else None
             if start is None:
                 continue
             draft: list[int] = []
@@ -149,11 +189,13 @@ class LookupDraft:
         self.proposed = self.lookup(depth)
         return self.proposed
 
-    def observe(self, sampled: list[int]) -> None:
-        """Updates the rates from the tokens sampled this step, in order. The first lookup
-        token is seen even when nothing was drafted; so is a run going on without drafts
-        (a first guess sampled right after a guess was), or the run rate, never fed,
-        could never make drafting start where one draft alone does not pay."""
+    def observe(self, sampled: list[int]) -> int:
+        """Updates the rates from the tokens sampled this step, in order; returns how many
+        of them the reference predicted. The first lookup token is seen even when nothing
+        was drafted; so is a run going on without drafts (a first guess sampled right
+        after a guess was), or the run rate, never fed, could never make drafting start
+        where one draft alone does not pay."""
+        hits = 0
         for i, (guess, token) in enumerate(zip(self.proposed, sampled, strict=False)):
             hit = guess == token
             if i == 0:
@@ -163,9 +205,15 @@ class LookupDraft:
             self._after_hit = hit
             if not hit:
                 break
+            hits += 1
         if not self.proposed:
             self._after_hit = False
         self.proposed = []
+        if self._from_reference is None or self.reference is None:
+            return 0
+        if hits:
+            self.reference.cursor = self._from_reference + hits
+        return hits
 
 
 def _decayed(rate: float, hit: bool, decay: float) -> float:
