@@ -1,7 +1,8 @@
 """llama-server's helper routes as its clients call them (no `model` needed):
 /apply-template shows the prompt a chat becomes, /props describes the model served,
-/tokenize and /detokenize; and `chat_template_kwargs` is checked before any template
-sees it."""
+/tokenize and /detokenize; `chat_template_kwargs` is checked before any template sees
+it; and OpenAI's chat fields for what this server does not do are accepted at values that
+ask for nothing, refused by name otherwise."""
 
 from __future__ import annotations
 
@@ -109,3 +110,30 @@ def test_tokenize_and_detokenize_need_no_model(http) -> None:
     r = http.post("/detokenize", json={"tokens": tokens})
     assert r.status_code == 200, r.text
     assert r.json()["content"] == "Hello world"
+
+
+# --- OpenAI's chat fields for what this server does not do -----------------------------
+
+NEUTRAL_OPENAI = {"store": False, "service_tier": "auto", "verbosity": "medium",
+                  "modalities": ["text"], "metadata": {"run": "7"},
+                  "safety_identifier": "user-1", "reasoning_effort": "low"}
+
+
+def test_openai_chat_fields_at_neutral_values_are_accepted(http) -> None:
+    r = http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 1,
+                                                **NEUTRAL_OPENAI})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("field, value", [
+    ("store", True), ("service_tier", "flex"), ("verbosity", "low"),
+    ("modalities", ["text", "audio"]), ("audio", {"voice": "alloy", "format": "wav"}),
+    ("web_search_options", {}), ("reasoning_effort", "extreme"),
+    ("metadata", {f"k{i}": "v" for i in range(17)}),
+])
+def test_openai_chat_fields_asking_for_more_are_refused_by_name(http, field: str,
+                                                                value: object) -> None:
+    r = http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 1,
+                                                field: value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].startswith(field)

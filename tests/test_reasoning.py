@@ -73,8 +73,9 @@ def test_enable_thinking_reaches_the_template(thinking_server, forced) -> None:
 
 def test_chat_template_kwargs_reach_the_template(thinking_server, forced) -> None:
     off = post(thinking_server, forced, separate_reasoning=True, enable_thinking=False)
-    # The kwarg means what the field means, and wins over it.
+    # The kwarg, and reasoning_effort "none", mean what the field means; the kwarg wins.
     for body in ({"chat_template_kwargs": {"enable_thinking": False}},
+                 {"reasoning_effort": "none"},
                  {"enable_thinking": True, "chat_template_kwargs": {"enable_thinking": False}}):
         kwarg = post(thinking_server, forced, separate_reasoning=True, **body)
         assert kwarg["usage"] == off["usage"]

@@ -180,8 +180,28 @@ class ChatCompletionRequest(SamplingRequest):
     separate_reasoning: bool | None = False
     enable_thinking: bool | None = True
     prediction: Prediction | None = None
+    # OpenAI's reasoning models' knob: "none" is enable_thinking false, any other effort
+    # true (there is no budget of thinking tokens); enable_thinking, where sent, wins.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    # OpenAI's fields for what this server does not do: accepted at the values that ask
+    # for nothing, refused by name otherwise (chat/serving.py).
+    store: bool | None = None
+    metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = Field(
+        default=None, max_length=16)
+    safety_identifier: str | None = Field(default=None, max_length=256)  # never interpreted
+    service_tier: str | None = Field(default=None, max_length=32)
+    verbosity: Literal["low", "medium", "high"] | None = None
+    modalities: list[str] | None = Field(default=None, max_length=4)
+    audio: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
     # Its `enable_thinking`, where given, wins over the field above.
     chat_template_kwargs: TemplateKwargs | None = None
+
+    @model_validator(mode="after")
+    def _reasoning_effort(self) -> ChatCompletionRequest:
+        if self.reasoning_effort is not None and "enable_thinking" not in self.model_fields_set:
+            self.enable_thinking = self.reasoning_effort != "none"
+        return self
 
     @model_validator(mode="after")
     def _completion_tokens_alias(self) -> ChatCompletionRequest:

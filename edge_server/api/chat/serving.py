@@ -32,7 +32,7 @@ from ..common.serving import (
     wait_started,
 )
 from ..http.dependencies import off_loop
-from ..http.errors import invalid
+from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
 from .prompt import chat_prompt
@@ -73,7 +73,25 @@ class PreparedChat:
     plan: _Plan
 
 
+def _check_openai_fields(req: ChatCompletionRequest) -> None:
+    """OpenAI's fields for what this server does not do, at values that ask for it."""
+    if req.store:
+        raise unsupported("store", "must be false: this server stores no completions")
+    if req.service_tier not in (None, "auto", "default"):
+        raise unsupported("service_tier", f"{req.service_tier!r} is not served: one tier")
+    if req.verbosity not in (None, "medium"):
+        raise unsupported("verbosity", "other than `medium` is not served")
+    if req.modalities is not None and req.modalities != ["text"]:
+        raise unsupported("modalities", "may only be [\"text\"]: this server writes text")
+    if req.audio is not None:
+        raise unsupported("audio", "is not served: this server writes text")
+    if req.web_search_options is not None:
+        raise unsupported("web_search_options", "is not served: this server does not "
+                          "search the web")
+
+
 def _check_fields(req: ChatCompletionRequest) -> None:
+    _check_openai_fields(req)
     if req.top_logprobs is not None and not req.logprobs:
         raise invalid("top_logprobs", "top_logprobs needs logprobs: true")
     choice = req.tool_choice
