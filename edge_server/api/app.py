@@ -29,6 +29,7 @@ from .http.replica import ReplicaHeader
 from .infill.api_router import routes as infill_routes
 from .messages.api_router import routes as messages_routes
 from .messages.error_shape import anthropic_body, is_messages_path
+from .native.api_router import routes as native_routes
 from .ollama.api_router import routes as ollama_routes
 from .ollama.error_shape import is_ollama_path, ollama_error
 from .responses.api_router import routes as response_routes
@@ -131,8 +132,8 @@ def create_app(
     openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *model_routes]
     app = Starlette(
         routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
-                *tokenize_routes, *props_routes, *messages_routes, *response_routes,
-                *ollama_routes,
+                *native_routes, *tokenize_routes, *props_routes, *messages_routes,
+                *response_routes, *ollama_routes,
                 metrics_route(metrics), openapi_route(secured=bool(api_keys)),
                 *(chat_page.routes() if webui else [])],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -144,7 +144,8 @@ class Job:
             text += choice.text.finish()
         choice.finished = True
         self.handle.usage.completion_tokens += choice.generated
-        self.outbox.append(ChoiceDelta(choice.index, text, tokens, reason, scored))
+        self.outbox.append(ChoiceDelta(choice.index, text, tokens, reason, scored,
+                                       choice.text.stop_word))
 
     def stats(self) -> JobStats:
         now = time.monotonic()

@@ -124,6 +124,7 @@ class ChoiceDelta:
     token_ids: list[int]
     finish_reason: FinishReason | None = None
     logprobs: list[TokenLogprob] | None = None
+    stop_word: str = ""  # on the last delta: the stop string that ended it, if one did
 
 
 @dataclass

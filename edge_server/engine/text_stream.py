@@ -16,6 +16,7 @@ class TextStream:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
         self.stopped = False
+        self.stop_word = ""  # the stop string that ended the text, once one did
 
     def push(self, piece: bytes) -> str:
         """Add one token's bytes; returns the text now safe to emit."""
@@ -29,6 +30,7 @@ class TextStream:
             out = self._pending[: at + len(stop)] if self._include_stop else self._pending[:at]
             self._pending = ""
             self.stopped = True
+            self.stop_word = stop
             return out
         hold = self._partial_stop_len()
         if hold:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...engine.backend.llama_model import Vocab
@@ -13,7 +14,7 @@ def _text(vocab: Vocab, token: int) -> str:
 
 
 def completion_logprobs(
-    tokens: list[int], scores: list[TokenLogprob | None], vocab: Vocab, start_offset: int
+    tokens: list[int], scores: Sequence[TokenLogprob | None], vocab: Vocab, start_offset: int
 ) -> dict[str, Any]:
     """{tokens, token_logprobs, top_logprobs, text_offset}; a token scored None (the first
     echoed prompt token) has no logprob."""

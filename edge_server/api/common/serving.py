@@ -346,3 +346,38 @@ async def sse_with_errors(events: AsyncIterator[str]) -> AsyncIterator[str]:
     except APIError as exc:
         yield sse_event(exc.body())
         yield SSE_DONE
+
+
+async def merged_events(
+    handles: list[RequestHandle],
+) -> AsyncIterator[tuple[int, ChoiceDelta | PromptProgress]]:
+    """Deltas of several requests as they come, tagged with the request's position."""
+    if len(handles) == 1:
+        async for delta in stream_events(handles[0]):
+            yield 0, delta
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    end = object()
+
+    async def pump(i: int, handle: RequestHandle) -> None:
+        try:
+            async for delta in stream_events(handle):
+                await queue.put((i, delta))
+        except Exception as exc:
+            await queue.put((i, exc))
+        await queue.put((i, end))
+
+    tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            i, item = await queue.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for task in tasks:
+            task.cancel()

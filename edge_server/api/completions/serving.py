@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from ..common.serving import (
     check_prompt_tokens,
     collect,
     max_tokens_for,
+    merged_events,
     new_id,
     now,
     progress_json,
@@ -33,7 +34,6 @@ from ..common.serving import (
     sse_event,
     sse_response,
     sse_with_errors,
-    stream_events,
     submit,
     sum_usage,
     usage_info,
@@ -289,7 +289,7 @@ class CompletionsServing:
             text: str,
             finish_reason: str | None,
             tokens: list[int] | None = None,
-            scores: list[TokenLogprob | None] | None = None,
+            scores: Sequence[TokenLogprob | None] | None = None,
         ) -> str:
             logprobs = None
             if req.logprobs is not None and scores is not None and tokens is not None:
@@ -316,7 +316,7 @@ class CompletionsServing:
             # Prompt logprobs are known once the prompt is evaluated, that is with the
             # first delta, so each echo chunk waits for its request's first delta.
             echoed = [not req.echo] * len(prompts)
-            async for p_index, delta in _merged(handles):
+            async for p_index, delta in merged_events(handles):
                 if isinstance(delta, PromptProgress):  # only with return_progress
                     yield sse_event({**meta, "object": "text_completion", "choices": [],
                                      "prompt_progress": progress_json(delta)})
@@ -352,36 +352,3 @@ class CompletionsServing:
                     }
                 )
             yield SSE_DONE
-
-
-async def _merged(handles: list[RequestHandle]):
-    """Deltas of several requests as they come, tagged with the request's position."""
-    if len(handles) == 1:
-        async for delta in stream_events(handles[0]):
-            yield 0, delta
-        return
-    queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
-    end = object()
-
-    async def pump(i: int, handle: RequestHandle) -> None:
-        try:
-            async for delta in stream_events(handle):
-                await queue.put((i, delta))
-        except Exception as exc:
-            await queue.put((i, exc))
-        await queue.put((i, end))
-
-    tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
-    try:
-        remaining = len(tasks)
-        while remaining:
-            i, item = await queue.get()
-            if item is end:
-                remaining -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield i, item
-    finally:
-        for task in tasks:
-            task.cancel()

@@ -33,6 +33,7 @@ from ..messages.protocol import (
     MessagesRequest,
     MessagesResponse,
 )
+from ..native.protocol import NativeCompletionRequest, NativeResult
 from ..ollama import protocol as ollama
 from ..responses.protocol import ResponseObject, ResponsesRequest
 from .models import HealthResponse, ModelCard, ModelList
@@ -101,6 +102,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/detokenize"): Operation(
         "detokenize", "Token ids back to text", DetokenizeRequest, DetokenizeResponse,
         errors=_MODEL_ERRORS),
+    ("POST", "/completion"): Operation(
+        "nativeCompletion", "llama-server's native completion: `content`, `stop_type`, "
+        "`timings`; an array for several prompts or choices", NativeCompletionRequest,
+        NativeResult, streams=True, errors=_MODEL_ERRORS,
+        events="With `stream: true`: `data: {partial result}` events, the whole result "
+               "last (`stop: true`), no `[DONE]`"),
     ("POST", "/apply-template"): Operation(
         "applyTemplate", "Chat messages to the prompt text the model's chat template "
         "makes of them (llama-server's route)", ApplyTemplateRequest, ApplyTemplateResponse,

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from ... import __version__
 from ...default_model import DEFAULT_ALIAS
 from ...engine import Engine
+from ..common.llama_format import sampler_json
 from ..common.protocol import SamplingRequest
 from ..common.serving import sampling_params
 from ..http.dependencies import serve_with_model
@@ -56,19 +57,7 @@ def _build_info() -> str:
 
 def default_sampler(engine: Engine) -> dict[str, Any]:
     """The sampler of a request that sets none of its fields, in llama-server's names."""
-    params = sampling_params(SamplingRequest(), engine)
-    return {
-        "temperature": params.temperature,
-        "top_k": params.top_k,
-        "top_p": params.top_p,
-        "min_p": params.min_p,
-        "repeat_penalty": params.repetition_penalty,
-        "presence_penalty": params.presence_penalty,
-        "frequency_penalty": params.frequency_penalty,
-        "mirostat": 0 if params.mirostat_target is None else 2,
-        "seed": -1 if params.seed is None else params.seed,  # -1: a new seed per request
-        "ignore_eos": params.ignore_eos,
-    }
+    return sampler_json(sampling_params(SamplingRequest(), engine))
 
 
 def model_props(engine: Engine) -> PropsResponse:

@@ -1,0 +1,1 @@
+"""llama-server's native completion route, POST /completion."""
