@@ -96,8 +96,31 @@ def test_a_stream_ends_with_the_whole_result_and_no_done(http, forced) -> None:
     assert last["timings"]["predicted_n"] == 5
 
 
+def test_n_probs_scores_every_token(http, forced) -> None:
+    token, bias = forced
+    body = completion(http, prompt="Weather:", n_predict=4, logit_bias=bias, n_probs=3)
+    probs = body["completion_probabilities"]
+    assert [p["id"] for p in probs] == [token] * 4
+    for entry in probs:
+        assert entry["token"] == WORD and bytes(entry["bytes"]) == WORD.encode()
+        assert entry["logprob"] <= 0 and len(entry["top_logprobs"]) == 3
+        top = [t["logprob"] for t in entry["top_logprobs"]]
+        assert top == sorted(top, reverse=True)
+    assert "completion_probabilities" not in completion(http, prompt="Hi", n_predict=1)
+    # Streamed: each event scores the tokens it carries.
+    scored = 0
+    with http.stream("POST", "/completion", json={
+            "prompt": "Weather:", "n_predict": 4, "stream": True, "logit_bias": bias,
+            "n_probs": 2}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                scored += len(event.get("completion_probabilities", []))
+    assert scored == 4
+
+
 @pytest.mark.parametrize("field, value", [("best_of", 2), ("echo", True), ("logprobs", 1),
-                                          ("n_probs", 3), ("top_p", 2)])
+                                          ("n_probs", 21), ("top_p", 2)])
 def test_fields_without_a_place_here_are_refused_by_name(http, field: str,
                                                          value: object) -> None:
     r = http.post("/completion", json={"prompt": "Hi", "n_predict": 1, field: value})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ..completions.protocol import CompletionRequest
 
@@ -15,6 +15,8 @@ LLAMA_SERVER_SAMPLER = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p":
 
 class NativeCompletionRequest(CompletionRequest):
     return_tokens: bool = False  # each result's token ids in `tokens`
+    # Each token's logprob and the n most likely in its place (completion_probabilities).
+    n_probs: int = Field(default=0, ge=0, le=20)
 
     @field_validator("top_k", mode="before")
     @classmethod
@@ -51,3 +53,4 @@ class NativeResult(BaseModel):
     stopping_word: str
     tokens_cached: int
     timings: dict[str, float]
+    completion_probabilities: list[dict[str, Any]] | None = None  # with n_probs

@@ -17,7 +17,9 @@ from starlette.responses import JSONResponse, Response
 
 from ...engine import ChoiceDelta, Engine, GenerationRequest
 from ...engine.request import PromptProgress, RequestHandle
+from ...engine.sampling.logprobs import TokenLogprob
 from ..common.llama_format import sampler_json, timings_json
+from ..common.response_bounds import AnswerShape, check_answer_size
 from ..common.serving import (
     cancel_on_disconnect,
     merged_events,
@@ -45,6 +47,7 @@ class _Choice:
     submitted_at: float
     parts: list[str] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    scored: list[TokenLogprob] = field(default_factory=list)  # with n_probs
     first_at: float | None = None
     stop_type: str = "none"
     stop_word: str = ""
@@ -55,15 +58,17 @@ class _Choice:
             self.first_at = now
         self.parts.append(delta.text)
         self.tokens.extend(delta.token_ids)
+        self.scored.extend(delta.logprobs or [])
         if delta.finish_reason == "length":
             self.stop_type = "limit"
         elif delta.finish_reason == "stop":
             self.stop_type, self.stop_word = ("word" if delta.stop_word else "eos",
                                               delta.stop_word)
 
-    def result(self, engine: Engine, content: str, tokens: list[int]) -> dict[str, Any]:
-        """The whole result (its content and tokens given: all of them, or a stream's
-        last piece)."""
+    def result(self, engine: Engine, content: str, tokens: list[int],
+               scored: list[TokenLogprob] | None) -> dict[str, Any]:
+        """The whole result (its content, tokens and scores given: all of them, or a
+        stream's last piece)."""
         now = time.monotonic()
         first = self.first_at or now
         usage, prompt_tokens = self.handle.usage, len(self.request.prompt_tokens)
@@ -78,7 +83,8 @@ class _Choice:
             timings=timings_json(cached=usage.cached_tokens, prompt=prompt_tokens,
                                  prompt_s=first - self.submitted_at,
                                  predicted=len(self.tokens), predicted_s=now - first),
-        ).model_dump()
+            completion_probabilities=None if scored is None else probabilities(scored, engine),
+        ).model_dump(exclude_none=True)
 
 
 def _check_fields(req: NativeCompletionRequest) -> None:
@@ -91,7 +97,29 @@ def _check_fields(req: NativeCompletionRequest) -> None:
 
 def _prepare(req: NativeCompletionRequest, engine: Engine) -> PreparedCompletion:
     _check_fields(req)
-    return prepare(req, engine)
+    prepared = prepare(req, engine)
+    if req.n_probs:
+        for request in prepared.requests:
+            request.logprobs = req.n_probs
+        check_answer_size(AnswerShape(
+            prompts=len(prepared.requests), choices=req.n or 1, echoed_tokens=0,
+            echoed_bytes=0, max_tokens=max(r.max_tokens for r in prepared.requests),
+            alternatives=req.n_probs), engine.max_token_bytes, logprobs_param="n_probs")
+    return prepared
+
+
+def _token(token: int, engine: Engine) -> dict[str, Any]:
+    piece = engine.vocab.pieces[token]
+    return {"id": token, "token": piece.decode("utf-8", errors="replace"),
+            "bytes": list(piece)}
+
+
+def probabilities(scored: list[TokenLogprob], engine: Engine) -> list[dict[str, Any]]:
+    """llama-server's completion_probabilities: each token's logprob and the likeliest
+    tokens in its place, before sampling (its post_sampling_probs false)."""
+    return [{**_token(entry.token, engine), "logprob": entry.logprob,
+             "top_logprobs": [{**_token(t, engine), "logprob": lp} for t, lp in entry.top]}
+            for entry in scored]
 
 
 class NativeServing:
@@ -123,7 +151,8 @@ class NativeServing:
                     choices[p_index][event.index].take(event)
         results = [
             choice.result(engine, "".join(choice.parts),
-                          choice.tokens if req.return_tokens else [])
+                          choice.tokens if req.return_tokens else [],
+                          choice.scored if req.n_probs else None)
             for per_prompt in choices for choice in per_prompt
         ]
         return JSONResponse(results[0] if len(results) == 1 else results)
@@ -141,10 +170,14 @@ class NativeServing:
                 choice = choices[p_index][event.index]
                 choice.take(event)
                 tokens = event.token_ids if req.return_tokens else []
+                scored = (event.logprobs or []) if req.n_probs else None
                 if event.finish_reason is None:
-                    yield sse_event(_partial(choice, event.text, tokens))
+                    partial = _partial(choice, event.text, tokens)
+                    if scored is not None:
+                        partial["completion_probabilities"] = probabilities(scored, engine)
+                    yield sse_event(partial)
                 else:
-                    yield sse_event(choice.result(engine, event.text, tokens))
+                    yield sse_event(choice.result(engine, event.text, tokens, scored))
 
 
 def _partial(choice: _Choice, content: str, tokens: list[int]) -> dict[str, Any]:
