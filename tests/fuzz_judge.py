@@ -16,6 +16,7 @@ from fuzz_strategies import (
     EMBEDDINGS,
     MESSAGES,
     MODEL,
+    NATIVE,
     RESPONSES,
     TIMEOUT_S,
     Case,
@@ -54,6 +55,8 @@ def _judge_stream(body: bytes, path: str) -> str | None:
               if line.startswith("data: ")]
     if path == RESPONSES:
         return _judge_response_events(events)
+    if path == NATIVE:
+        return _judge_native_events(events)
     if not events or events[-1] != "[DONE]":
         return "stream did not end with [DONE]"
     for event in events[:-1]:
@@ -64,6 +67,22 @@ def _judge_stream(body: bytes, path: str) -> str | None:
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict) and error.get("type") == "server_error":
             return "server error inside the stream"
+    return None
+
+
+def _judge_native_events(events: list[str]) -> str | None:
+    """llama-server's native stream: no [DONE]; it ends with a whole result (stop: true),
+    or with an error event (then [DONE], as every stream of the OpenAI routes)."""
+    try:
+        data = [json.loads(event) for event in events if event != "[DONE]"]
+    except ValueError:
+        return "stream event is not JSON"
+    last = data[-1] if data and isinstance(data[-1], dict) else {}
+    if isinstance(last.get("error"), dict):
+        return "server error inside the stream" if last["error"].get("type") == \
+            "server_error" else None
+    if events[-1] == "[DONE]" or last.get("stop") is not True:
+        return "stream did not end with a whole result"
     return None
 
 
@@ -155,6 +174,11 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
             data = json.loads(body)
         except ValueError:
             return "200 answer is not JSON"
+        if path == NATIVE:
+            results = data if isinstance(data, list) else [data]
+            ok = bool(results) and all(isinstance(r, dict) and isinstance(r.get("content"), str)
+                                       for r in results)
+            return None if ok else "200 answer has no content"
         if path == DETOKENIZE:
             ok = isinstance(data, dict) and isinstance(data.get("content"), str)
             return None if ok else "200 answer has no content"

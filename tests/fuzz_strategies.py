@@ -22,7 +22,8 @@ CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 MESSAGES = "/v1/messages"
 EMBEDDINGS = "/v1/embeddings"
-ENDPOINTS = (COMPLETIONS, CHAT, RESPONSES, MESSAGES, EMBEDDINGS)
+NATIVE = "/completion"  # llama-server's native completion
+ENDPOINTS = (COMPLETIONS, CHAT, RESPONSES, MESSAGES, EMBEDDINGS, NATIVE)
 TIMEOUT_S = 20.0  # every answer, streams included, must be complete within this (the
 # longest legitimate answer, a 256-token slot generated on one thread, takes about 12 s)
 
@@ -259,7 +260,15 @@ CHAT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     **dict.fromkeys(["logprobs", "parallel_tool_calls", "separate_reasoning",
                      "enable_thinking"], BOOLEAN),
     "top_logprobs": st.integers(0, 20), "tools": tools, "tool_choice": tool_choices,
-    "response_format": response_formats}
+    "response_format": response_formats,
+    "prediction": st.fixed_dictionaries({"type": st.sampled_from(["content", "x"]), "content":
+                                         st.one_of(small_text, st.lists(content_parts))}),
+    "chat_template_kwargs": st.dictionaries(st.one_of(small_text, st.sampled_from(
+        ["enable_thinking", "messages", "tools", "note"])), weird, max_size=4),
+    "reasoning_effort": st.sampled_from(["none", "low", "xhigh", "x"])}
+NATIVE_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    **COMMON_FIELDS, "n_predict": st.integers(-2, 4), "n_probs": st.integers(0, 21),
+    "return_tokens": BOOLEAN, "top_k": st.integers(-2, 50)}
 input_parts = st.fixed_dictionaries(
     {"type": st.sampled_from(["input_text", "output_text", "input_image", "input_file", "x"])},
     optional={"text": small_text, "image_url": small_text})
@@ -353,14 +362,14 @@ MUTANTS: dict[str, st.SearchStrategy[Any]] = {
 def _bodies(draw: st.DrawFn, path: str) -> dict[str, Any]:
     fields = {COMPLETIONS: COMPLETION_FIELDS, CHAT: CHAT_FIELDS,
               RESPONSES: RESPONSES_FIELDS, MESSAGES: MESSAGES_FIELDS,
-              EMBEDDINGS: EMBEDDING_FIELDS}[path]
+              EMBEDDINGS: EMBEDDING_FIELDS, NATIVE: NATIVE_FIELDS}[path]
     body: dict[str, Any] = {"model": MODEL, "max_tokens": draw(st.integers(1, 4))}
     if path == EMBEDDINGS:
         del body["max_tokens"]
         body["input"] = draw(st.one_of(small_text, st.lists(small_text, max_size=4),
                                        st.lists(token_ids, max_size=8),
                                        st.lists(st.lists(token_ids, max_size=8), max_size=3)))
-    elif path == COMPLETIONS:
+    elif path in (COMPLETIONS, NATIVE):
         body["prompt"] = draw(prompts)
     elif path == RESPONSES:
         body["max_output_tokens"] = body.pop("max_tokens")
@@ -440,5 +449,6 @@ def broken_json_cases(draw: st.DrawFn) -> Case:
 
 def all_cases() -> st.SearchStrategy[Case]:
     return st.one_of(request_cases(COMPLETIONS), request_cases(CHAT), request_cases(RESPONSES),
-                     request_cases(MESSAGES), request_cases(EMBEDDINGS), schema_cases(),
+                     request_cases(MESSAGES), request_cases(EMBEDDINGS),
+                     request_cases(NATIVE), schema_cases(),
                      broken_json_cases())

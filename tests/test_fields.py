@@ -275,3 +275,17 @@ def test_system_fingerprint_is_stable(http) -> None:
     a = complete(http, prompt="a", max_tokens=1)["system_fingerprint"]
     b = chat(http, messages=[{"role": "user", "content": "b"}], max_tokens=1)["system_fingerprint"]
     assert a == b and a.startswith("fp_")
+
+
+@pytest.mark.parametrize("sampler", [{}, {"top_k": 40}, {"top_p": 0.9}, {"min_p": 0.1},
+                                     {"mirostat": 2}])
+@pytest.mark.parametrize("temperature", [1e-40, 5e-324])
+def test_a_vanishing_temperature_samples_greedily(http, sampler: dict,
+                                                  temperature: float) -> None:
+    """Dividing logits by it overflows float32: served as its limit, greedy, not a 500 or
+    a token drawn from NaNs."""
+    body = complete(http, prompt=PROMPT, max_tokens=6, temperature=temperature, logprobs=3,
+                    ignore_eos=True, **sampler)
+    lp = body["choices"][0]["logprobs"]
+    assert all(is_greedy(p, top) for p, top in zip(lp["token_logprobs"], lp["top_logprobs"],
+                                                     strict=True))

@@ -91,6 +91,20 @@ def test_greedy_takes_the_first_maximum() -> None:
     assert biased.sample_logits(logits) == 20
 
 
+@pytest.mark.parametrize("temperature", [5e-324, 1e-40, 2e-39, 1e-31])
+def test_a_vanishing_temperature_is_greedy(temperature: float) -> None:
+    """1/T would overflow float32: the draw is the limit, greedy, never NaN's pick."""
+    logits = peaked_logits()
+    sampler = FullVocabSampler(SamplingParams(temperature=temperature), VOCAB, [], seed=3)
+    assert all(sampler.sample_logits(logits) == int(np.argmax(logits)) for _ in range(20))
+
+
+def test_a_small_temperature_draws_the_peak() -> None:
+    logits = peaked_logits()
+    sampler = FullVocabSampler(SamplingParams(temperature=1e-20), VOCAB, [], seed=3)
+    assert all(sampler.sample_logits(logits) == int(np.argmax(logits)) for _ in range(20))
+
+
 def test_truncating_and_stateful_samplers_stay_in_llama_cpp() -> None:
     assert full_vocab_eligible(SamplingParams(temperature=0.7))
     assert full_vocab_eligible(SamplingParams(temperature=0.0, logit_bias={1: 2.0}))

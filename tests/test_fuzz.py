@@ -76,6 +76,13 @@ def test_fuzz_chat(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 
 
 @settings(fuzz_settings, max_examples=100)
+@given(case=fs.request_cases(fs.NATIVE))
+def test_fuzz_native_completion(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                                case: fs.Case) -> None:
+    check(fuzz_server, fuzz_client, case)
+
+
+@settings(fuzz_settings, max_examples=100)
 @given(case=fs.request_cases(fs.RESPONSES))
 def test_fuzz_responses(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                         case: fs.Case) -> None:

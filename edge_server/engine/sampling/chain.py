@@ -12,6 +12,11 @@ import numpy as np
 
 from ..backend.llama_model import Vocab
 
+# Temperatures below this sample greedily, the limit they tend to: dividing logits by
+# them overflows float32 to infinities, whose softmax is NaN (llama.cpp's chain then
+# draws an arbitrary token). Above it, logits up to 1e8 apart stay finite when divided.
+MIN_TEMPERATURE = 1e-30
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -39,6 +44,10 @@ class SamplingParams:
             or self.presence_penalty != 0.0
             or self.repetition_penalty != 1.0
         )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < MIN_TEMPERATURE
 
     @property
     def uses_mirostat(self) -> bool:
@@ -127,7 +136,7 @@ class SamplerChain:
                     p.presence_penalty,
                 )
             )
-        if p.temperature <= 0.0:
+        if p.greedy:
             self._add(lc.llama_sampler_init_greedy())
             return
         if p.uses_mirostat:

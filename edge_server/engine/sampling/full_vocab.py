@@ -70,7 +70,7 @@ class FullVocabSampler:
             np.copyto(weights, logits)
             weights[self._bias_ids] += self._bias_values
             logits = weights
-        if self._temperature <= 0.0:
+        if self.params.greedy:  # (chain.MIN_TEMPERATURE on why tiny ones are too)
             return int(np.argmax(logits))  # the first maximum, as llama.cpp's greedy
         peak = float(logits.max())
         if not np.isfinite(peak):  # every token banned (or a broken row): argmax as greedy
