@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_bounds as fb  # noqa: E402
+import fuzz_cases as fc  # noqa: E402
 import fuzz_judge as fj  # noqa: E402
 import fuzz_nested as fn  # noqa: E402
 import fuzz_ollama as fo  # noqa: E402
@@ -59,7 +60,7 @@ class Campaign:
         @settings(max_examples=self.args.requests, database=None, deadline=None,
                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
         @seed(self.args.seed)
-        @given(st.one_of(fs.all_cases(), fo.ollama_cases(), fb.bound_cases(),
+        @given(st.one_of(fc.all_cases(), fo.ollama_cases(), fb.bound_cases(),
                          fn.nested_tool_cases()))
         def produce(case: fs.Case) -> None:
             if budget["left"] <= 0 or self.stop.is_set():

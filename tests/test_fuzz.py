@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 
 import fuzz_bounds as fb
+import fuzz_cases as fc
 import fuzz_judge as fj
 import fuzz_nested as fn
 import fuzz_ollama as fo
@@ -111,14 +112,14 @@ def test_fuzz_embeddings(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 
 
 @settings(fuzz_settings, max_examples=60)
-@given(case=fs.schema_cases())
+@given(case=fc.schema_cases())
 def test_fuzz_schemas(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                       case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
 
 
 @settings(fuzz_settings, max_examples=150)
-@given(case=fs.broken_json_cases())
+@given(case=fc.broken_json_cases())
 def test_fuzz_broken_json(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                           case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
