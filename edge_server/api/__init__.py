@@ -8,8 +8,9 @@ Endpoints first, one package each, as vLLM's entrypoints (api_router / protocol 
     messages/     POST /v1/messages (Anthropic), over chat
     responses/    POST /v1/responses (OpenAI Responses), over chat
     ollama/       Ollama's native API (/api/*), over chat, completions and embeddings
+    native/       POST /completion (llama-server's native completion), over completions
 Then what they share:
-    routers/      the small routes: models, health, tokenize, OpenAPI
+    routers/      the small routes: models, health, tokenize, apply-template, props, OpenAPI
     webui/        GET /, the chat page (static files, package data)
     common/       serving code and request fields shared by the endpoints
     http/         plumbing: bodies, limits, errors, auth, CORS, draining, metrics
