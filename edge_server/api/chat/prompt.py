@@ -168,18 +168,9 @@ def render_chat(
     return rendered, images.by_sentinel
 
 
-def chat_prompt(
-    messages: list[ChatMessage],
-    engine: Engine,
-    tools: list[Tool],
-    *,
-    enable_thinking: bool | None = True,
-    add_generation_prompt: bool = True,
-    template_kwargs: dict[str, Any] | None = None,
-) -> ChatPrompt:
-    rendered, images = render_chat(messages, engine, tools, enable_thinking=enable_thinking,
-                                   add_generation_prompt=add_generation_prompt,
-                                   template_kwargs=template_kwargs)
+def chat_prompt(rendered: RenderedChat, images: dict[str, RgbImage],
+                engine: Engine) -> ChatPrompt:
+    """A rendered chat (render_chat) as the prompt tokens the model evaluates."""
     if not images:
         return ChatPrompt(rendered.text, engine.tokenize_chat(rendered))
     for key in images:

@@ -35,7 +35,7 @@ from ..http.dependencies import off_loop
 from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
-from .prompt import chat_prompt
+from .prompt import chat_prompt, render_chat
 from .protocol import (
     ChatChoice,
     ChatCompletionRequest,
@@ -127,8 +127,9 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         if sampling.grammar is not None:
             raise grammar_conflict("tool_choice")
         sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
-    prompt = chat_prompt(req.messages, engine, tools, enable_thinking=req.enable_thinking,
-                         template_kwargs=req.chat_template_kwargs)
+    prompt = chat_prompt(*render_chat(req.messages, engine, tools,
+                                      enable_thinking=req.enable_thinking,
+                                      template_kwargs=req.chat_template_kwargs), engine)
     request = GenerationRequest(
         prompt_tokens=prompt.tokens,
         max_tokens=max_tokens_for(req, len(prompt.tokens), engine.n_ctx, None),

@@ -30,11 +30,16 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
 
 from ...engine import Engine
 from ...engine.multimodal.projector import ImageLimits
+from ..http.dependencies import parse_body, serve_with_model
 
 Result = TypeVar("Result")
+
+Body = TypeVar("Body", bound=BaseModel)  # a request body with a `model` field
 
 FETCH_THREADS = 4
 MAX_REDIRECTS = 3
@@ -122,6 +127,16 @@ async def with_image_urls(body: BaseModel, engine: Engine,
         return await serve()
     with fetched_images(await fetch_all(urls, limits)):
         return await serve()
+
+
+async def serve_body(request: Request, body_type: type[Body],
+                     create: Callable[[Body, Engine], Awaitable[Response]]) -> Response:
+    """A generating route's common path: the body parsed, its model leased, its image
+    URLs fetched, then `create(body, engine)`."""
+    body = await parse_body(request, body_type)
+    model: str = body.model  # type: ignore[attr-defined]  # every generating body has one
+    return await serve_with_model(request, model, lambda engine: with_image_urls(
+        body, engine, lambda: create(body, engine)))
 
 
 @contextmanager

@@ -208,6 +208,21 @@ def submit(engine: Engine, request: GenerationRequest, http: Request) -> Request
         raise from_engine_error(exc) from exc
 
 
+def submit_all(engine: Engine, requests: list[GenerationRequest], http: Request
+               ) -> list[RequestHandle]:
+    """Submits every request (one per prompt), or none: those submitted before one is
+    refused are cancelled."""
+    handles: list[RequestHandle] = []
+    try:
+        for request in requests:
+            handles.append(submit(engine, request, http))
+    except Exception:
+        for handle in handles:
+            handle.cancel()
+        raise
+    return handles
+
+
 @asynccontextmanager
 async def cancel_on_disconnect(
     http: Request, handles: list[RequestHandle], *, cancel_on_exit: bool = True

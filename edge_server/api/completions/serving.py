@@ -34,7 +34,7 @@ from ..common.serving import (
     sse_event,
     sse_response,
     sse_with_errors,
-    submit,
+    submit_all,
     sum_usage,
     usage_info,
     wait_started,
@@ -194,14 +194,7 @@ class CompletionsServing:
         prepared = await off_loop(prepare, req, engine)
         prompts, requests, candidates = prepared.prompts, prepared.requests, prepared.candidates
         n = req.n or 1
-        handles: list[RequestHandle] = []
-        try:
-            for request in requests:
-                handles.append(submit(engine, request, http))
-        except Exception:
-            for handle in handles:
-                handle.cancel()
-            raise
+        handles = submit_all(engine, requests, http)
         # The served model's own id, whichever alias the client asked for (OpenAI too
         # answers with the resolved model name).
         meta: dict[str, Any] = {"id": new_id("cmpl"), "created": now(), "model": engine.model_id}

@@ -6,8 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..common.image_fetch import with_image_urls
-from ..http.dependencies import parse_body, serve_with_model
+from ..common.image_fetch import serve_body
 from .protocol import CountTokensRequest, MessagesRequest
 from .serving import MessagesServing
 
@@ -15,19 +14,12 @@ _serving = MessagesServing()
 
 
 async def create_message(request: Request) -> Response:
-    body = await parse_body(request, MessagesRequest)
-    return await serve_with_model(
-        request, body.model, lambda engine: with_image_urls(
-            body, engine, lambda: _serving.create(body, engine, request))
-    )
+    return await serve_body(request, MessagesRequest,
+                            lambda body, engine: _serving.create(body, engine, request))
 
 
 async def count_tokens(request: Request) -> Response:
-    body = await parse_body(request, CountTokensRequest)
-    return await serve_with_model(
-        request, body.model, lambda engine: with_image_urls(
-            body, engine, lambda: _serving.count_tokens(body, engine))
-    )
+    return await serve_body(request, CountTokensRequest, _serving.count_tokens)
 
 
 routes = [

@@ -13,7 +13,7 @@ from ...engine import Engine, FinishReason
 from ...engine.request import RequestHandle
 from ..chat import tools as tooling
 from ..chat.choice_output import ChoiceOutput
-from ..chat.prompt import chat_prompt
+from ..chat.prompt import chat_prompt, render_chat
 from ..chat.serving import PreparedChat, prepare
 from ..common.serving import (
     cancel_on_disconnect,
@@ -57,7 +57,8 @@ def _count(req: CountTokensRequest, engine: Engine) -> int:
     try:
         chat = to_chat(req, images)
         tools = tooling.active_tools(chat)
-        prompt = chat_prompt(chat.messages, engine, tools, enable_thinking=chat.enable_thinking)
+        prompt = chat_prompt(*render_chat(chat.messages, engine, tools,
+                                          enable_thinking=chat.enable_thinking), engine)
     except APIError as exc:
         raise renamed(exc, images) from exc
     return len(prompt.tokens)

@@ -27,7 +27,7 @@ from ..common.serving import (
     sse_event,
     sse_response,
     sse_with_errors,
-    submit,
+    submit_all,
     wait_started,
 )
 from ..completions.serving import PreparedCompletion, prepare
@@ -128,14 +128,7 @@ class NativeServing:
         prepared = await off_loop(_prepare, req, engine)
         n = req.n or 1
         submitted_at = time.monotonic()
-        handles: list[RequestHandle] = []
-        try:
-            for request in prepared.requests:
-                handles.append(submit(engine, request, http))
-        except Exception:
-            for handle in handles:
-                handle.cancel()
-            raise
+        handles = submit_all(engine, prepared.requests, http)
         choices = [
             [_Choice(p * n + c, prompt.text, request, handle, submitted_at) for c in range(n)]
             for p, (prompt, request, handle) in enumerate(

@@ -19,6 +19,8 @@ from starlette.routing import Route
 
 from ...default_model import DEFAULT_ALIAS
 from ...engine import Engine
+from ...engine.chat_template import RenderedChat
+from ...engine.multimodal.projector import RgbImage
 from ..chat.prompt import chat_prompt, render_chat, shown_text
 from ..chat.protocol import ChatMessage, TemplateKwargs, Tool
 from ..common.prompt_bounds import check_prompt_bytes, check_token_count
@@ -37,13 +39,16 @@ class ChatInput(BaseModel):
     enable_thinking: bool | None = True
     chat_template_kwargs: TemplateKwargs | None = None
 
-    def rendered(self, engine: Engine) -> str:
+    def render(self, engine: Engine) -> tuple[RenderedChat, dict[str, RgbImage]]:
         assert self.messages is not None
-        # Rendered only: nothing is tokenized or evaluated (images included).
-        return shown_text(*render_chat(self.messages, engine, self.tools or [],
-                                       enable_thinking=self.enable_thinking,
-                                       add_generation_prompt=self.add_generation_prompt,
-                                       template_kwargs=self.chat_template_kwargs))
+        return render_chat(self.messages, engine, self.tools or [],
+                           enable_thinking=self.enable_thinking,
+                           add_generation_prompt=self.add_generation_prompt,
+                           template_kwargs=self.chat_template_kwargs)
+
+    def shown(self, engine: Engine) -> str:
+        """The rendered text only: nothing is tokenized or evaluated."""
+        return shown_text(*self.render(engine))
 
 
 class ApplyTemplateRequest(ChatInput):
@@ -78,12 +83,7 @@ class DetokenizeRequest(BaseModel):
 
 def _tokens(body: TokenizeRequest, engine: Engine) -> list[int]:
     if body.messages is not None:
-        prompt = chat_prompt(
-            body.messages, engine, body.tools or [],
-            enable_thinking=body.enable_thinking,
-            add_generation_prompt=body.add_generation_prompt,
-            template_kwargs=body.chat_template_kwargs,
-        )
+        prompt = chat_prompt(*body.render(engine), engine)
         check_token_count(len(prompt.tokens), engine, "messages")
         return prompt.tokens
     assert body.content is not None
@@ -124,7 +124,7 @@ async def apply_template(request: Request) -> Response:
     body = await parse_body(request, ApplyTemplateRequest)
 
     async def serve(engine: Engine) -> Response:
-        prompt = await off_loop(body.rendered, engine)
+        prompt = await off_loop(body.shown, engine)
         return JSONResponse(ApplyTemplateResponse(prompt=prompt).model_dump())
 
     return await serve_with_model(request, body.model, serve)

@@ -45,6 +45,7 @@ class FullVocabSampler:
         self.params = params
         self._n_vocab = n_vocab
         self._temperature = params.temperature
+        self._greedy = params.greedy  # (chain.MIN_TEMPERATURE on why tiny ones are too)
         bias = dict(params.logit_bias)
         if params.ignore_eos:
             for token in eog_tokens:
@@ -70,7 +71,7 @@ class FullVocabSampler:
             np.copyto(weights, logits)
             weights[self._bias_ids] += self._bias_values
             logits = weights
-        if self.params.greedy:  # (chain.MIN_TEMPERATURE on why tiny ones are too)
+        if self._greedy:
             return int(np.argmax(logits))  # the first maximum, as llama.cpp's greedy
         peak = float(logits.max())
         if not np.isfinite(peak):  # every token banned (or a broken row): argmax as greedy
