@@ -43,6 +43,11 @@ class ServeOptions:
         "SmolLM2-135M-Instruct)")
     model_id: str | None = _opt(None, "id clients pass as `model` for --model PATH "
                                 "(default: the file name without .gguf)")
+    serve_unknown_models: bool = _opt(False, "serve requests naming a model this server "
+                                      "does not know with the default model (their answer's "
+                                      "`model` says which answered), for tools that hard-code "
+                                      "a name (`claude-…`, `gpt-4o`); Ollama's /api/* still "
+                                      "answer 404", action="store_true")
     registry: Path | None = _opt(None, "model registry TOML (default: registry.toml in the "
                                  "models directory, else the project's models/registry.toml)")
     models_dir: Path | None = _opt(None, "where pulled models live (default: "
