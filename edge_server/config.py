@@ -162,6 +162,9 @@ class ServeOptions:
                 raise ValueError(f"--image-url-networks: {network!r} is not a network "
                                  "(CIDR, such as 127.0.0.1/32)") from exc
         self.image_url_networks = networks
+        # `--cors-origins a,b` as the README shows it: one origin per comma-separated item.
+        self.cors_origins = [origin.strip() for item in self.cors_origins
+                             for origin in str(item).split(",") if origin.strip()]
 
     def api_keys(self) -> list[str]:
         keys = [k for k in self.api_key if k]
