@@ -131,6 +131,8 @@ class ServeOptions:
     replica_name: str | None = _opt(None, "name sent in the X-Edge-Replica header of every "
                                     "answer, to tell replicas apart behind a load balancer "
                                     "(default: hostname:port)")
+    slots: bool = _opt(False, "serve GET /slots, llama-server's read-only view of each "
+                       "slot (off: 501)", action="store_true")
     no_webui: bool = _opt(False, "do not serve the chat page at / (the API is unchanged)",
                           action="store_true")
     cors_origins: list[str] = _opt([], "web origins (scheme://host[:port], or * for any) whose "
