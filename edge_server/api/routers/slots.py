@@ -6,8 +6,7 @@ every slot is busy (llama-server's check for load balancers)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from pydantic import BaseModel, RootModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -19,24 +18,40 @@ from ..http.dependencies import serve_with_model
 from ..http.errors import APIError
 
 
-def slot_json(view: SlotView) -> dict[str, Any]:
+class SlotProgress(BaseModel):
+    has_next_token: bool
+    has_new_line: bool = False
+    n_remain: int  # -1: idle
+    n_decoded: int
+
+
+class SlotState(BaseModel):
     """One slot in llama-server's shape (its `id_task`, `prompt` and sampler params are
     left out: this server keeps no task ids, and prompts belong to their callers)."""
-    return {
-        "id": view.id,
-        "n_ctx": view.n_ctx,
-        "speculative": view.speculative,
-        "is_processing": view.busy,
-        "n_cached_tokens": view.cached_tokens,
-        "n_prompt_tokens": view.prompt_tokens,
-        "params": {"n_predict": view.max_tokens} if view.busy else {},
-        "next_token": {
-            "has_next_token": view.busy,
-            "has_new_line": False,
-            "n_remain": max(view.max_tokens - view.decoded, 0) if view.busy else -1,
-            "n_decoded": view.decoded,
-        },
-    }
+
+    id: int
+    n_ctx: int
+    speculative: bool
+    is_processing: bool
+    n_cached_tokens: int
+    n_prompt_tokens: int
+    params: dict[str, int]
+    next_token: SlotProgress
+
+
+class SlotList(RootModel[list[SlotState]]):
+    pass
+
+
+def slot_state(view: SlotView) -> SlotState:
+    return SlotState(
+        id=view.id, n_ctx=view.n_ctx, speculative=view.speculative, is_processing=view.busy,
+        n_cached_tokens=view.cached_tokens, n_prompt_tokens=view.prompt_tokens,
+        params={"n_predict": view.max_tokens} if view.busy else {},
+        next_token=SlotProgress(
+            has_next_token=view.busy,
+            n_remain=max(view.max_tokens - view.decoded, 0) if view.busy else -1,
+            n_decoded=view.decoded))
 
 
 async def slots(request: Request) -> Response:
@@ -50,7 +65,7 @@ async def slots(request: Request) -> Response:
         if fail_on_no_slot and all(view.busy for view in views):
             raise APIError(503, "no slot available", type="unavailable_error",
                            code="no_slot_available")
-        return JSONResponse([slot_json(view) for view in views])
+        return JSONResponse(SlotList([slot_state(view) for view in views]).model_dump())
 
     return await serve_with_model(request, request.query_params.get("model", DEFAULT_ALIAS),
                                   serve)
