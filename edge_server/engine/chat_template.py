@@ -63,10 +63,18 @@ _max_chars: ContextVar[int | None] = ContextVar("chat_template_max_chars", defau
 
 
 class _BoundedSandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox, refusing `*` products and `**` powers too big to be a
-    prompt before they are computed (they are one piece of output, or none at all)."""
+    """The immutable sandbox, refusing what would make one piece too big to be a prompt
+    before it is made: `*` products, `**` powers, and padding or replacing strings."""
 
     intercepted_binops = frozenset({"*", "**"})
+
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        limit = _max_chars.get()
+        owner = getattr(obj, "__self__", None)
+        if (limit is not None and isinstance(owner, str)
+                and _grown_size(owner, getattr(obj, "__name__", ""), args) > limit):
+            raise TemplateTooLong(limit)
+        return super().call(context, obj, *args, **kwargs)
 
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
         limit = _max_chars.get()
@@ -77,6 +85,36 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                   and abs(left) > 1 and right * abs(left).bit_length() > 4 * limit):
                 raise TemplateTooLong(limit)
         return super().call_binop(context, operator_name, left, right)
+
+
+def _grown_size(text: str, name: str, args: tuple[Any, ...]) -> int:
+    """The length a string method (or filter) whose result can outgrow its inputs would
+    give; 0 for the others."""
+    first = args[0] if args else None
+    if name in ("center", "ljust", "rjust", "zfill") and isinstance(first, int):
+        return first
+    if name == "indent":  # the filter: every line gets the indent
+        width = len(first) if isinstance(first, str) else first if isinstance(first, int) else 4
+        return len(text) + (text.count("\n") + 1) * width
+    if name == "replace" and len(args) >= 2 and isinstance(first, str):
+        matches = text.count(first) if first else len(text) + 1
+        return len(text) + matches * len(str(args[1]))
+    if name == "expandtabs":
+        return len(text) + text.count("\t") * (first if isinstance(first, int) else 8)
+    return 0
+
+
+def _bounded_filter(name: str, original: Any) -> Any:
+    """A string filter refusing results past the running render's limit."""
+
+    def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        limit = _max_chars.get()
+        if (limit is not None and isinstance(value, str)
+                and _grown_size(value, name, (*args, *kwargs.values())) > limit):
+            raise TemplateTooLong(limit)
+        return original(value, *args, **kwargs)
+
+    return bounded
 
 
 def _check_product(left: Any, right: Any, limit: int) -> None:
@@ -197,6 +235,8 @@ class ChatTemplate:
             extensions=["jinja2.ext.loopcontrols"],
         )
         env.filters["tojson"] = _tojson
+        for name in ("center", "indent"):
+            env.filters[name] = _bounded_filter(name, env.filters[name])
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:

@@ -1,5 +1,6 @@
 """Chat template renders are bounded: a template that would write gigabytes (loops over
-caller text, string products, huge powers) stops after a bounded amount of output."""
+caller text, string products, huge powers, padding or replacing strings) stops after a
+bounded amount of output."""
 
 from __future__ import annotations
 
@@ -44,10 +45,21 @@ def test_a_loop_count_from_template_kwargs_is_bounded_too() -> None:
     "{{ messages[0].content * times }}",  # one product of 1 TB
     "{{ [messages[0].content] * times }}",
     "{{ 7 ** times }}",  # an integer of thousands of GB
+    "{{ messages[0].content.center(times) }}",  # padding
+    "{{ messages[0].content.rjust(times) }}",
+    "{{ messages[0].content | center(times) }}",
+    "{{ messages[0].content | indent(times) }}",
+    "{{ messages[0].content.replace('x', messages[0].content * 1000) }}",
 ])
 def test_products_and_powers_past_the_limit_are_refused_before_they_are_made(
         source: str) -> None:
     _refused_quickly_and_small(ChatTemplate(source), times=10**9)
+
+
+def test_string_methods_within_the_limit_work_as_before() -> None:
+    template = ChatTemplate("{{ messages[0].content[:3].center(9, '*') }}|"
+                            "{{ 'a\nb' | indent(2, first=true) }}|{{ 'aXb'.replace('X', '-') }}")
+    assert template.render(MESSAGES, max_chars=LIMIT).text == "***xxx***|  a\n  b|a-b"
 
 
 def test_output_within_the_limit_renders_as_before() -> None:
