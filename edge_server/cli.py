@@ -177,12 +177,14 @@ def serve(opts: ServeOptions) -> int:
         return 2
     metrics = Metrics()
     pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
-                     keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
+                     keep_alive=opts.keep_alive, on_job_done=metrics.observe_job,
+                     serve_unknown=opts.serve_unknown_models)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
                      max_body_mb=opts.max_body_mb, replica_name=replica,
                      webui=not opts.no_webui, cors_origins=opts.cors_origins, store=store,
                      make_spec=make_spec, allowed_hosts=_allowed_hosts(opts),
-                     admitted_per_model=max(opts.parallel, 1) + opts.max_queue)
+                     admitted_per_model=max(opts.parallel, 1) + opts.max_queue,
+                     slots=opts.slots)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout),
                             **tls)  # type: ignore[arg-type]

@@ -43,6 +43,11 @@ class ServeOptions:
         "SmolLM2-135M-Instruct)")
     model_id: str | None = _opt(None, "id clients pass as `model` for --model PATH "
                                 "(default: the file name without .gguf)")
+    serve_unknown_models: bool = _opt(False, "serve requests naming a model this server "
+                                      "does not know with the default model (their answer's "
+                                      "`model` says which answered), for tools that hard-code "
+                                      "a name (`claude-…`, `gpt-4o`); Ollama's /api/* still "
+                                      "answer 404", action="store_true")
     registry: Path | None = _opt(None, "model registry TOML (default: registry.toml in the "
                                  "models directory, else the project's models/registry.toml)")
     models_dir: Path | None = _opt(None, "where pulled models live (default: "
@@ -126,6 +131,8 @@ class ServeOptions:
     replica_name: str | None = _opt(None, "name sent in the X-Edge-Replica header of every "
                                     "answer, to tell replicas apart behind a load balancer "
                                     "(default: hostname:port)")
+    slots: bool = _opt(False, "serve GET /slots, llama-server's read-only view of each "
+                       "slot (off: 501)", action="store_true")
     no_webui: bool = _opt(False, "do not serve the chat page at / (the API is unchanged)",
                           action="store_true")
     cors_origins: list[str] = _opt([], "web origins (scheme://host[:port], or * for any) whose "
@@ -157,6 +164,9 @@ class ServeOptions:
                 raise ValueError(f"--image-url-networks: {network!r} is not a network "
                                  "(CIDR, such as 127.0.0.1/32)") from exc
         self.image_url_networks = networks
+        # `--cors-origins a,b` as the README shows it: one origin per comma-separated item.
+        self.cors_origins = [origin.strip() for item in self.cors_origins
+                             for origin in str(item).split(",") if origin.strip()]
 
     def api_keys(self) -> list[str]:
         keys = [k for k in self.api_key if k]

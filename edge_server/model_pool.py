@@ -19,6 +19,7 @@ from pathlib import Path
 from .engine import Engine
 from .engine.scheduler import JobStats
 from .model_spec import ModelSpec, UnknownModel, with_default
+from .model_store import is_name_pattern
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +95,17 @@ class ModelPool:
         memory_budget: int = 0,
         keep_alive: float = 300.0,
         on_job_done: Callable[[str, JobStats], None] | None = None,
+        serve_unknown: bool = False,
     ) -> None:
-        """`default`: id or alias of the model served by default (None: the first spec)."""
+        """`default`: id or alias of the model served by default (None: the first spec).
+        `serve_unknown`: names no model answers to are served by the default model."""
         self.specs = with_default(specs, default)
+        self.serve_unknown = serve_unknown
         self._by_name: dict[str, ModelSpec] = {}
         for spec in self.specs:
             for name in spec.names:
+                if is_name_pattern(name):
+                    continue  # matched by resolve(), never a name of its own
                 if self._by_name.setdefault(name, spec) is not spec:
                     raise ValueError(f"model name `{name}` is used twice")
         self.memory_budget = memory_budget or int(physical_memory() * 0.75)
@@ -116,7 +122,22 @@ class ModelPool:
     # --- lookup and leases -------------------------------------------------------------
 
     def spec(self, name: str) -> ModelSpec:
+        """The model `name` names exactly: its id or an alias (Ollama's routes, which
+        answer 404 for anything else, and model management)."""
         spec = self._by_name.get(name)
+        if spec is None:
+            raise UnknownModel(name)
+        return spec
+
+    def resolve(self, name: str) -> ModelSpec:
+        """The model that serves requests for `name`: the one it names; else the first
+        whose glob alias matches it; else, with serve_unknown, the default model. Answers
+        carry the model's own id, so callers see which model answered."""
+        spec = self._by_name.get(name)
+        if spec is None:
+            spec = next((s for s in self.specs if s.matches_pattern(name)), None)
+        if spec is None and self.serve_unknown and self.specs:
+            spec = self.specs[0]
         if spec is None:
             raise UnknownModel(name)
         return spec
@@ -151,7 +172,7 @@ class ModelPool:
         return {mid: x.engine.kv_cache_info() for mid, x in self._loaded.items()}
 
     async def acquire(self, name: str) -> Lease:
-        spec = self.spec(name)
+        spec = self.resolve(name)
         lock = self._locks.setdefault(spec.id, asyncio.Lock())
         async with lock:
             loaded = self._loaded.get(spec.id)

@@ -4,6 +4,7 @@ settings (a spec), and which spec answers to the `default` alias."""
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from .default_model import DEFAULT_ALIAS
 from .engine import EngineSettings
 from .engine.multimodal.projector_check import projector_modalities
+from .model_store import is_name_pattern
 
 
 class UnknownModel(LookupError):
@@ -29,6 +31,11 @@ class ModelSpec:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
+
+    def matches_pattern(self, name: str) -> bool:
+        """Whether one of its glob aliases matches `name` (case-sensitive, as names are)."""
+        return any(fnmatch.fnmatchcase(name, alias) for alias in self.aliases
+                   if is_name_pattern(alias))
 
     def created(self) -> int:
         """The file's modification time (OpenAI's `created`), 0 when there is no file."""

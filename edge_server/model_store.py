@@ -5,7 +5,7 @@ Registry file, one table per model:
 
     [[models]]
     id = "gemma3-270m-it"                   # what clients pass as `model`
-    aliases = ["gemma3"]
+    aliases = ["gemma3", "claude-*"]        # glob aliases match names clients hard-code
     repo = "ggml-org/gemma-3-270m-it-GGUF"  # Hugging Face repo + file (+ revision) ...
     file = "gemma-3-270m-it-Q4_K_M.gguf"
     revision = "main"
@@ -43,6 +43,13 @@ from .default_model import (
 log = logging.getLogger(__name__)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# An alias holding one of these is a glob pattern (`claude-*`): it answers for every name
+# it matches, for clients that hard-code a model name of their own.
+_PATTERN_CHARS = frozenset("*?[")
+
+
+def is_name_pattern(name: str) -> bool:
+    return not _PATTERN_CHARS.isdisjoint(name)
 
 
 class RegistryError(ValueError):
@@ -104,6 +111,9 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
         aliases = raw.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
             raise RegistryError(f"{where}: aliases must be a list of strings")
+        if is_name_pattern(str(raw["id"])):
+            raise RegistryError(f"{where}: an id cannot hold *, ? or [ (aliases may: "
+                                "glob patterns)")
         if DEFAULT_ALIAS in (str(raw["id"]), *aliases):
             raise RegistryError(f"{where}: `{DEFAULT_ALIAS}` is reserved for the model the "
                                 "server serves by default (serve --model)")

@@ -36,6 +36,7 @@ from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
 from .routers.props import routes as props_routes
+from .routers.slots import routes as slot_routes
 from .routers.tokenize import routes as tokenize_routes
 from .routers.unprefixed import unprefixed_routes
 from .webui import api_router as chat_page
@@ -58,6 +59,7 @@ def create_app(
     make_spec: Callable[[RegistryEntry], ModelSpec] | None = None,
     allowed_hosts: list[str] | None = None,
     admitted_per_model: int | None = None,
+    slots: bool = False,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
@@ -67,7 +69,8 @@ def create_app(
     /api/delete manage the models directory. `allowed_hosts`: Host names served besides
     loopback ones when there are no API keys. `admitted_per_model`: generation requests
     (slots plus queue) admitted per loaded model before the rest get a 429 unread (None:
-    no such gate). `app.state.drain` starts draining."""
+    no such gate). `slots`: serve GET /slots (else 501). `app.state.drain` starts
+    draining."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -132,7 +135,7 @@ def create_app(
     openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *model_routes]
     app = Starlette(
         routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
-                *native_routes, *tokenize_routes, *props_routes, *messages_routes,
+                *native_routes, *tokenize_routes, *props_routes, *slot_routes, *messages_routes,
                 *response_routes, *ollama_routes,
                 metrics_route(metrics), openapi_route(secured=bool(api_keys)),
                 *(chat_page.routes() if webui else [])],
@@ -146,5 +149,6 @@ def create_app(
     app.state.make_spec = make_spec
     app.state.admission = admission
     app.state.ready = False
+    app.state.slots_enabled = slots
     app.state.startup_error = None
     return app

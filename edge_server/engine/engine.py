@@ -22,6 +22,7 @@ from .multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
 from .multimodal.projector_check import ProjectorError
 from .request import GenerationRequest, ImageSpan, RequestHandle
 from .scheduler import STOP_TIMEOUT, Scheduler, SchedulerSettings
+from .slot_view import SlotView, slot_views
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,10 @@ class Engine:
     def n_slots(self) -> int:
         """Requests (choices) generated at once; the rest wait."""
         return self.scheduler.n_slots
+
+    def slots(self) -> list[SlotView]:
+        """What each slot is doing now (GET /slots)."""
+        return slot_views(self.scheduler)
 
     @property
     def n_ctx(self) -> int:

@@ -156,13 +156,17 @@ class Scheduler:
     def idle(self) -> bool:
         return not self._jobs and not len(self._waiting)
 
+    def running(self) -> list[Job]:
+        """The requests being served (a copy: read from the event loop, for /slots)."""
+        return list(self._jobs)
+
     def stalled_for(self) -> float:
         """Seconds the current step has run (0 between steps): the watchdog's reading."""
         started = self.step_started
         return 0.0 if started is None else time.monotonic() - started
 
     def stats(self) -> dict[str, int]:
-        jobs = list(self._jobs)
+        jobs = self.running()
         return {
             "slots": self.n_slots,
             "busy_slots": sum(s.busy for s in self.kv.slots),

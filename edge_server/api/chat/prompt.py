@@ -9,11 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine import Engine
-from ...engine.chat_template import RenderedChat, TemplateError
+from ...engine.chat_template import RenderedChat, TemplateError, TemplateTooLong
 from ...engine.multimodal.projector import RgbImage
 from ...engine.request import ImageSpan
 from ..common.images import check_image_count, decode_image_url, image_errors
-from ..common.prompt_bounds import check_prompt_bytes, too_long
+from ..common.prompt_bounds import (
+    check_prompt_bytes,
+    prompt_size_limit,
+    rendered_too_long,
+    too_long,
+)
 from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .protocol import ChatMessage, Tool
@@ -160,8 +165,11 @@ def render_chat(
         variables["tools"] = tooling.tool_specs(tools)
     try:
         rendered = engine.chat_template.render(
-            items, add_generation_prompt=add_generation_prompt, **variables
+            items, add_generation_prompt=add_generation_prompt,
+            max_chars=prompt_size_limit(engine), **variables
         )
+    except TemplateTooLong as exc:
+        raise rendered_too_long("messages", engine) from exc
     except TemplateError as exc:
         raise invalid("messages", str(exc), "invalid_messages") from exc
     check_prompt_bytes(rendered.text, engine, "messages")

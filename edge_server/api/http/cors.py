@@ -14,7 +14,8 @@ a browser sends without a preflight (a form POST, a `text/plain` fetch).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import re
+from urllib.parse import SplitResult, urlsplit
 
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
@@ -26,14 +27,20 @@ ANY_ORIGIN = "*"
 # Answer headers a cross-origin page may read (the rest are hidden by the browser).
 EXPOSED_HEADERS = ("X-Edge-Replica", "Retry-After", "WWW-Authenticate")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# Browser extensions' origins: `scheme://ID`, the ID as the browser writes it (Chrome's
+# 32 letters, Firefox's per-install UUID, Safari's UUID in capitals), never a port.
+EXTENSION_SCHEMES = ("chrome-extension", "moz-extension", "safari-web-extension")
+_EXTENSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
 
 def check_origin(origin: str) -> str:
     """An allow-list entry as browsers send it: `scheme://host[:port]`, lower case, no
-    path; or `*` (any origin)."""
+    path; a browser extension's `scheme://ID`; or `*` (any origin)."""
     if origin == ANY_ORIGIN:
         return origin
     parts = urlsplit(origin.strip())
+    if parts.scheme in EXTENSION_SCHEMES:
+        return _extension_origin(origin, parts)
     try:
         port = parts.port
     except ValueError as exc:
@@ -41,8 +48,18 @@ def check_origin(origin: str) -> str:
     if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or port == 0 or (
             parts.path not in ("", "/") or parts.query or parts.fragment or parts.username):
         raise ValueError(f"CORS origin {origin[:80]!r}: expected scheme://host[:port] "
-                         "(http or https, no path), or *")
+                         "(http or https, no path), an extension's scheme://ID "
+                         f"({', '.join(EXTENSION_SCHEMES)}), or *")
     return _normalized(parts.scheme, parts.hostname, port)
+
+
+def _extension_origin(origin: str, parts: SplitResult) -> str:
+    """Kept as written (browsers compare the ID's case as they send it)."""
+    if (not _EXTENSION_ID.fullmatch(parts.netloc) or parts.path not in ("", "/")
+            or parts.query or parts.fragment):
+        raise ValueError(f"CORS origin {origin[:80]!r}: expected {parts.scheme}://ID (the "
+                         "extension's id: letters, digits and -; no port or path)")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _normalized(scheme: str, host: str, port: int | None) -> str:

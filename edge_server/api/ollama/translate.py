@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
 
 from ...engine import Engine
+from ...engine.chat_template import TemplateTooLong, joined_within
 from ..chat.protocol import (
     ChatCompletionRequest,
     ChatMessage,
@@ -21,7 +23,7 @@ from ..chat.protocol import (
     FunctionCall,
 )
 from ..chat.protocol import ToolCall as ChatToolCall
-from ..common.prompt_bounds import check_prompt_bytes
+from ..common.prompt_bounds import check_prompt_bytes, prompt_size_limit, rendered_too_long
 from ..completions.serving import fill_in_the_middle
 from ..http.errors import APIError, invalid
 from .options import Sampling
@@ -173,11 +175,11 @@ _FIELDS = {".System": "system", ".Prompt": "prompt", ".Response": "response",
            ".Suffix": "suffix"}
 
 
-def render_template(template: str, values: dict[str, str]) -> str:
+def _template_pieces(template: str, values: dict[str, str]) -> Iterator[str]:
     """Ollama's Go template, the subset prompt templates use: `{{ .System }}`,
     `{{ .Prompt }}`, `{{ .Response }}`, `{{ .Suffix }}`, `{{ if .X }}…{{ else }}…{{ end }}`
-    and `{{-`/`-}}` trimming. Anything else is a 400 naming `template`."""
-    out: list[str] = []
+    and `{{-`/`-}}` trimming, written piece by piece. Anything else is a 400 naming
+    `template`."""
     shown: list[bool] = []  # per open `if`: whether its branch is being written
     at = 0
     trim_next = False
@@ -188,13 +190,13 @@ def render_template(template: str, values: dict[str, str]) -> str:
         if match.group(1):
             text = text.rstrip()
         if all(shown):
-            out.append(text)
+            yield text
         at, trim_next = match.end(), bool(match.group(3))
         action = match.group(2)
         words = action.split()
         if action in _FIELDS:
             if all(shown):
-                out.append(values.get(_FIELDS[action], ""))
+                yield values.get(_FIELDS[action], "")
         elif len(words) == 2 and words[0] == "if" and words[1] in _FIELDS:
             shown.append(bool(values.get(_FIELDS[words[1]])))
         elif action == "else" and shown:
@@ -207,8 +209,16 @@ def render_template(template: str, values: dict[str, str]) -> str:
     if shown:
         raise invalid("template", "`template`: an `if` has no `end`")
     tail = template[at:]
-    out.append(tail.lstrip() if trim_next else tail)
-    return "".join(out)
+    yield tail.lstrip() if trim_next else tail
+
+
+def render_template(template: str, values: dict[str, str], engine: Engine) -> str:
+    """The template written out, stopped (a 400 naming `template`) once it passes what
+    could fit the context: `{{.Prompt}}` repeated thousands of times must not write GBs."""
+    try:
+        return joined_within(_template_pieces(template, values), prompt_size_limit(engine))
+    except TemplateTooLong as exc:
+        raise rendered_too_long("template", engine) from exc
 
 
 def text_prompt(req: GenerateRequest, engine: Engine) -> list[int]:
@@ -230,7 +240,11 @@ def text_prompt(req: GenerateRequest, engine: Engine) -> list[int]:
             raise invalid("suffix", "`suffix` needs a model with fill-in-the-middle tokens; "
                           "this one has none") from exc
     if req.template is not None and not req.raw:
-        prompt = render_template(req.template, {"system": req.system or "", "prompt": prompt})
+        # Each value alone must fit before the template may repeat it.
+        check_prompt_bytes(prompt, engine, "prompt")
+        check_prompt_bytes(req.system or "", engine, "system")
+        prompt = render_template(req.template, {"system": req.system or "", "prompt": prompt},
+                                 engine)
     elif req.system:
         raise invalid("system", "`system` cannot be combined with `raw`: write it into the "
                       "prompt")

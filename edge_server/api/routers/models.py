@@ -70,14 +70,15 @@ async def list_models(request: Request) -> JSONResponse:
 
 
 async def retrieve_model(request: Request) -> JSONResponse:
-    """One model by its id or any alias; the answer carries its id (as OpenAI resolves
-    an alias to the model's own name)."""
+    """One model by its id or any alias (alias patterns and --serve-unknown-models
+    included, as requests resolve); the answer carries its id (as OpenAI resolves an alias
+    to the model's own name)."""
     name: str = request.path_params["model"]
     if not name:  # `/v1/models/`: a client whose base URL ends in a slash
         return await list_models(request)
     models = pool(request)
     try:
-        spec = models.spec(name)
+        spec = models.resolve(name)
     except UnknownModel as exc:
         raise model_not_found(name) from exc
     return _json(_card(models, spec))

@@ -38,6 +38,7 @@ from ..ollama import protocol as ollama
 from ..responses.protocol import ResponseObject, ResponsesRequest
 from .models import HealthResponse, ModelCard, ModelList
 from .props import PropsResponse
+from .slots import SlotList
 from .tokenize import (
     ApplyTemplateRequest,
     ApplyTemplateResponse,
@@ -52,8 +53,13 @@ OPENAPI_PATH = "/openapi.json"
 _REF = "#/components/schemas/{model}"
 
 
+class TokenPiece(BaseModel):
+    id: int
+    piece: str | list[int]  # text, or the bytes of a token holding part of a character
+
+
 class TokenizeResponse(BaseModel):
-    tokens: list[int]
+    tokens: list[int] | list[TokenPiece]  # pieces with `with_pieces: true`
 
 
 class DetokenizeResponse(BaseModel):
@@ -116,6 +122,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "props", "llama-server's properties of a model: context, slots, chat template, "
         "default sampler (`?model=` for another than the default)", response=PropsResponse,
         errors=(404, 503)),
+    ("GET", "/slots"): Operation(
+        "slots", "llama-server's read-only view of each slot of a model (with --slots; "
+        "`?model=`, `?fail_on_no_slot=1`)", response=SlotList, errors=(404, 501, 503)),
     ("POST", "/v1/messages"): Operation(
         "createMessage", "Anthropic Messages API: the next assistant message", MessagesRequest,
         MessagesResponse, streams=True, errors=_MODEL_ERRORS, error=AnthropicErrorResponse,

@@ -5,7 +5,7 @@ a tokenizer or template engine of their own. `model` is optional: the default mo
 /tokenize takes either `content` (raw text; `parse_special: false` reads control-token
 text such as `<|im_end|>` as plain text) or chat `messages` (and `tools`), which give
 exactly the prompt tokens /v1/chat/completions would evaluate for them (as vLLM's
-/tokenize does).
+/tokenize does). `with_pieces: true` gives each token as `{id, piece}`.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ class TokenizeRequest(ChatInput):
     content: str | None = None
     add_special: bool = False
     parse_special: bool = True
+    with_pieces: bool = False  # llama-server's: each token as {id, piece}
 
     @model_validator(mode="after")
     def _one_input(self) -> TokenizeRequest:
@@ -96,6 +97,25 @@ def _tokens(body: TokenizeRequest, engine: Engine) -> list[int]:
     return tokens
 
 
+def with_pieces(tokens: list[int], engine: Engine) -> list[dict[str, Any]]:
+    """llama-server's `{id, piece}` objects: the piece as text where its bytes are valid
+    UTF-8, else as the list of its bytes (a token may hold part of a character)."""
+    out: list[dict[str, Any]] = []
+    for token in tokens:
+        data = engine.vocab.token_bytes(token)
+        try:
+            piece: str | list[int] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(data)
+        out.append({"id": token, "piece": piece})
+    return out
+
+
+def _tokenized(body: TokenizeRequest, engine: Engine) -> list[int] | list[dict[str, Any]]:
+    tokens = _tokens(body, engine)
+    return with_pieces(tokens, engine) if body.with_pieces else tokens
+
+
 def _content(body: DetokenizeRequest, engine: Engine) -> str:
     check_token_count(len(body.tokens), engine, "tokens")
     check_prompt_tokens(body.tokens, engine, "tokens")
@@ -106,7 +126,7 @@ async def tokenize(request: Request) -> Response:
     body = await parse_body(request, TokenizeRequest)
 
     async def serve(engine: Engine) -> Response:
-        return JSONResponse({"tokens": await off_loop(_tokens, body, engine)})
+        return JSONResponse({"tokens": await off_loop(_tokenized, body, engine)})
 
     return await serve_with_model(request, body.model, serve)
 

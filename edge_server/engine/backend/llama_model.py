@@ -125,6 +125,10 @@ class Vocab:
         """The token rendered for display, special tokens included."""
         return self._piece(token, special=True).decode("utf-8", errors="replace")
 
+    def token_bytes(self, token: int) -> bytes:
+        """The token's bytes as llama-server shows them, special tokens as their text."""
+        return self._piece(token, special=True)
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 16
