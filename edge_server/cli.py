@@ -31,7 +31,8 @@ def _registry_path(opts: ServeOptions, models_dir: Path) -> Path | None:
 
 def _store(opts: ServeOptions) -> ModelStore:
     models_dir = opts.models_dir or default_models_dir()
-    return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)))
+    return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)),
+                      min_free_bytes=max(opts.min_free_disk_mb, 0) * 2**20)
 
 
 def _specs(opts: ServeOptions, store: ModelStore):
@@ -162,6 +163,7 @@ def serve(opts: ServeOptions) -> int:
         store = _store(opts)
         specs, default_id, make_spec = _specs(opts, store)
         keys = opts.api_keys()
+        admin_keys = opts.admin_api_keys()
         tls = tls_options(opts)
         replica = check_replica_name(opts.replica_name or f"{socket.gethostname()}:{opts.port}")
         # Unreachable servers fail here, clearly, not as an abort inside llama.cpp.
@@ -179,6 +181,7 @@ def serve(opts: ServeOptions) -> int:
     pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
+                     admin_api_keys=admin_keys,
                      max_body_mb=opts.max_body_mb, replica_name=replica,
                      webui=not opts.no_webui, cors_origins=opts.cors_origins, store=store,
                      make_spec=make_spec, allowed_hosts=_allowed_hosts(opts),
