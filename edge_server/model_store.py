@@ -199,16 +199,6 @@ class ModelStore:
             downloads.append(self.download(entry.repo, entry.mmproj, revision=entry.revision))
         return downloads
 
-    def pull(self, repo: str, file: str, *, revision: str = "main",
-             sha256: str | None = None) -> Path:
-        return self.download(repo, file, revision=revision, sha256=sha256).run()
-
-    def pull_entry(self, entry: RegistryEntry) -> Path:
-        if entry.embedded:
-            return default_model_path()
-        paths = [download.run() for download in self.downloads_of(entry)]
-        return paths[0]
-
     def present_files(self) -> list[Path]:
         """GGUF files under the models directory, whether or not the registry names them."""
         if not self.models_dir.is_dir():
