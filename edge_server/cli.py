@@ -8,14 +8,12 @@ import logging
 import signal
 import socket
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
 from . import __version__
 from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
 from .default_model import DEFAULT_ALIAS, DefaultModelMissing, default_model_path
-from .hub_download import HubDownload
+from .hub_download import run_showing_progress
 from .model_store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
 
 log = logging.getLogger("edge_server")
@@ -236,37 +234,6 @@ def serve(opts: ServeOptions) -> int:
     return exit_code
 
 
-def _fetch_showing_progress(download: HubDownload) -> Path:
-    """Runs one download (hub_download.py, as /api/pull does), its progress on stderr;
-    Ctrl-C stops it, and the next pull resumes it."""
-    download.prepare()
-    outcome: dict[str, Any] = {}
-
-    def fetch() -> None:
-        try:
-            outcome["path"] = download.fetch()
-        except Exception as exc:
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=fetch, name="pull", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.5)
-            if download.total and sys.stderr.isatty():
-                print(f"\r{download.name}: {download.done >> 20} of {download.total >> 20} "
-                      "MiB", end="", file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        download.cancel()
-        worker.join()
-        raise PullError("interrupted; the next pull resumes the download") from None
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
-    if "error" in outcome:
-        raise outcome["error"]
-    return Path(outcome["path"])
-
-
 def pull(opts: ServeOptions, args: argparse.Namespace) -> int:
     store = _store(opts)
     try:
@@ -283,7 +250,7 @@ def pull(opts: ServeOptions, args: argparse.Namespace) -> int:
         else:
             downloads = [store.download(args.name, args.file, revision=args.revision,
                                         sha256=args.sha256)]
-        paths = [_fetch_showing_progress(download) for download in downloads]
+        paths = [run_showing_progress(download, sys.stderr) for download in downloads]
     except PullError as exc:
         print(f"edge-server: {exc}", file=sys.stderr)
         return 1

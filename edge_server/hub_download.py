@@ -19,6 +19,7 @@ import re
 import shutil
 import threading
 from pathlib import Path
+from typing import Any, TextIO
 
 import httpx
 
@@ -212,3 +213,35 @@ class HubDownload:
                         out.flush()
                         self._check_disk()
                         next_check = self.done + DISK_CHECK_BYTES
+
+
+def run_showing_progress(download: HubDownload, out: TextIO) -> Path:
+    """Runs a download with its progress written to `out` (a terminal's), as
+    `edge-server pull` does; Ctrl-C stops it, and the next pull resumes it."""
+    download.prepare()
+    outcome: dict[str, Any] = {}
+
+    def fetch() -> None:
+        try:
+            outcome["path"] = download.fetch()
+        except Exception as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=fetch, name="pull", daemon=True)
+    worker.start()
+    shown = out.isatty()
+    try:
+        while worker.is_alive():
+            worker.join(0.5)
+            if download.total and shown:
+                print(f"\r{download.name}: {download.done // _MIB} of "
+                      f"{download.total // _MIB} MiB", end="", file=out, flush=True)
+    except KeyboardInterrupt:
+        download.cancel()
+        worker.join()
+        raise PullError("interrupted; the next pull resumes the download") from None
+    if shown:
+        print(file=out)
+    if "error" in outcome:
+        raise outcome["error"]
+    return Path(outcome["path"])

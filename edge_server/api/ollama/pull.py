@@ -89,6 +89,14 @@ def resolve(store: ModelStore, name: str) -> Target:
     raise names.not_found(name)
 
 
+def _named(models: ModelPool, name: str) -> bool:
+    try:
+        models.spec(name)
+    except UnknownModel:
+        return False
+    return True
+
+
 def _name_held(models: ModelPool, name: str) -> str | None:
     """The model `name` answers for when it is another model's name (a copy, an alias),
     else None: a pull must not give that model new weights."""
@@ -105,7 +113,7 @@ def _refuse_held(models: ModelPool, store: ModelStore, target: Target) -> None:
     if target.entry is not None:
         return  # a registry model: its own file
     holder = _name_held(models, target.name)
-    if holder is None and target.name in {n for s in models.specs for n in s.names}:
+    if holder is None and _named(models, target.name):
         path = models.spec(target.name).path
         if path is not None and path != store.hub_path(target.repo, target.file):
             holder = target.name
@@ -128,7 +136,7 @@ def _register(models: ModelPool, store: ModelStore, target: Target, path: Path,
         models.set_file(target.entry.id, path)
         return
     _refuse_held(models, store, target)  # a copy may have taken the name meanwhile
-    if target.name in {n for s in models.specs for n in s.names}:
+    if _named(models, target.name):
         models.set_file(target.name, path)  # the same hub model, pulled again
     else:
         models.add_model(make_spec(RegistryEntry(target.name, repo=target.repo,
