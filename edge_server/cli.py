@@ -12,7 +12,8 @@ from pathlib import Path
 
 from . import __version__
 from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
-from .default_model import DEFAULT_ALIAS, DefaultModelMissing
+from .default_model import DEFAULT_ALIAS, DefaultModelMissing, default_model_path
+from .hub_download import run_showing_progress
 from .model_store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
 
 log = logging.getLogger("edge_server")
@@ -31,7 +32,8 @@ def _registry_path(opts: ServeOptions, models_dir: Path) -> Path | None:
 
 def _store(opts: ServeOptions) -> ModelStore:
     models_dir = opts.models_dir or default_models_dir()
-    return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)))
+    return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)),
+                      min_free_bytes=max(opts.min_free_disk_mb, 0) * 2**20)
 
 
 def _specs(opts: ServeOptions, store: ModelStore):
@@ -162,6 +164,7 @@ def serve(opts: ServeOptions) -> int:
         store = _store(opts)
         specs, default_id, make_spec = _specs(opts, store)
         keys = opts.api_keys()
+        admin_keys = opts.admin_api_keys()
         tls = tls_options(opts)
         replica = check_replica_name(opts.replica_name or f"{socket.gethostname()}:{opts.port}")
         # Unreachable servers fail here, clearly, not as an abort inside llama.cpp.
@@ -180,6 +183,7 @@ def serve(opts: ServeOptions) -> int:
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job,
                      serve_unknown=opts.serve_unknown_models)
     app = create_app(pool, preload=default_id, metrics=metrics, api_keys=keys,
+                     admin_api_keys=admin_keys,
                      max_body_mb=opts.max_body_mb, replica_name=replica,
                      webui=not opts.no_webui, cors_origins=opts.cors_origins, store=store,
                      make_spec=make_spec, allowed_hosts=_allowed_hosts(opts),
@@ -241,13 +245,18 @@ def pull(opts: ServeOptions, args: argparse.Namespace) -> int:
                 print(f"edge-server: no model `{args.name}` in the registry; give REPO FILE",
                       file=sys.stderr)
                 return 2
-            path = store.pull_entry(entry)
+            if entry.embedded:
+                print(default_model_path())
+                return 0
+            downloads = store.downloads_of(entry)
         else:
-            path = store.pull(args.name, args.file, revision=args.revision, sha256=args.sha256)
+            downloads = [store.download(args.name, args.file, revision=args.revision,
+                                        sha256=args.sha256)]
+        paths = [run_showing_progress(download, sys.stderr) for download in downloads]
     except PullError as exc:
         print(f"edge-server: {exc}", file=sys.stderr)
         return 1
-    print(path)
+    print(paths[0])
     return 0
 
 

@@ -52,6 +52,9 @@ class ServeOptions:
                                  "models directory, else the project's models/registry.toml)")
     models_dir: Path | None = _opt(None, "where pulled models live (default: "
                                    "$XDG_DATA_HOME/edge-server/models)")
+    min_free_disk_mb: int = _opt(1024, "free disk a pull must leave in the models "
+                                 "directory: a pull that would leave less is refused (507) "
+                                 "before it starts, and stops when the disk fills during it")
     ctx_size: int = _opt(0, "KV cache size in tokens of all slots together, split evenly: "
                          "one request's prompt plus completion fits ctx_size / parallel "
                          "(default: parallel x the model's training context, at most 2048)")
@@ -121,6 +124,11 @@ class ServeOptions:
     api_key: list[str] = _opt([], "accepted API key (repeatable); requests then need "
                               "`Authorization: Bearer KEY`", action="append")
     api_key_file: Path | None = _opt(None, "file with one accepted API key per line")
+    admin_api_key: list[str] = _opt([], "API key that may also manage models (repeatable): "
+                                    "pull, copy, delete, unload with keep_alive 0, load by a "
+                                    "GET; other keys then get a 403 for those",
+                                    action="append")
+    admin_api_key_file: Path | None = _opt(None, "file with one admin API key per line")
     allowed_hosts: list[str] = _opt([], "Host header names served besides loopback ones "
                                     "and --host, when no API key is set (repeatable or "
                                     "comma-separated; * allows any): other names get a 403, "
@@ -169,11 +177,19 @@ class ServeOptions:
                              for origin in str(item).split(",") if origin.strip()]
 
     def api_keys(self) -> list[str]:
-        keys = [k for k in self.api_key if k]
-        if self.api_key_file is not None:
-            lines = self.api_key_file.read_text(encoding="utf-8").splitlines()
-            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-        return keys
+        return _keys(self.api_key, self.api_key_file)
+
+    def admin_api_keys(self) -> list[str]:
+        return _keys(self.admin_api_key, self.admin_api_key_file)
+
+
+def _keys(given: list[str], file: Path | None) -> list[str]:
+    """Keys from the flag's values and from a file of one key per line (# comments)."""
+    keys = [k for k in given if k]
+    if file is not None:
+        lines = file.read_text(encoding="utf-8").splitlines()
+        keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return keys
 
 
 def _env_name(name: str) -> str:

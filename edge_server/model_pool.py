@@ -32,6 +32,13 @@ class ModelUnavailable(RuntimeError):
         self.retry_after = retry_after
 
 
+class TooManyNames(ValueError):
+    """add_name past MAX_RUNTIME_NAMES."""
+
+
+# Names added while serving (/api/copy): each is listed by /v1/models and /api/tags.
+MAX_RUNTIME_NAMES = 256
+
 # A model that failed to load is not tried again for this long, doubling per failure:
 # a broken file must not cost a full load (and its memory) on every request.
 _LOAD_BACKOFF_FIRST_S = 2.0
@@ -182,6 +189,16 @@ class ModelPool:
             loaded.last_used = time.monotonic()
             return Lease(self, spec.id, loaded.engine)
 
+    def lease_if_loaded(self, name: str) -> Lease | None:
+        """A lease on the model if it is loaded now; None, and nothing loaded, if not."""
+        spec = self.spec(name)
+        loaded = self._loaded.get(spec.id)
+        if loaded is None:
+            return None
+        loaded.leases += 1  # no await since the lookup: an unload cannot come between
+        loaded.last_used = time.monotonic()
+        return Lease(self, spec.id, loaded.engine)
+
     def _release(self, model_id: str) -> None:
         loaded = self._loaded.get(model_id)
         if loaded is not None:
@@ -203,6 +220,9 @@ class ModelPool:
         spec = self.spec(name)
         if alias in self._by_name:
             raise ValueError(f"model name `{alias}` is already used")
+        if len(self.runtime_names) >= MAX_RUNTIME_NAMES:
+            raise TooManyNames(f"{MAX_RUNTIME_NAMES} names were added already; remove one "
+                               "first")
         spec.aliases = (*spec.aliases, alias)
         self._by_name[alias] = spec
         self.runtime_names.add(alias)

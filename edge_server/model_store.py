@@ -1,5 +1,5 @@
 """The model registry (TOML) and the models directory: what may be served, what is on
-disk, and pulling files from the Hugging Face Hub with checksum verification.
+disk, and pulls from the Hugging Face Hub (hub_download.py) into the models directory.
 
 Registry file, one table per model:
 
@@ -23,9 +23,6 @@ Registry file, one table per model:
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -39,8 +36,7 @@ from .default_model import (
     DEFAULT_MODEL_ID,
     default_model_path,
 )
-
-log = logging.getLogger(__name__)
+from .hub_download import HubDownload, PullError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # An alias holding one of these is a glob pattern (`claude-*`): it answers for every name
@@ -53,10 +49,6 @@ def is_name_pattern(name: str) -> bool:
 
 
 class RegistryError(ValueError):
-    pass
-
-
-class PullError(RuntimeError):
     pass
 
 
@@ -164,18 +156,13 @@ def _mmproj(raw: dict[str, Any], registry: Path) -> str | None:
     return str(registry.parent / Path(value).expanduser())
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class ModelStore:
-    def __init__(self, models_dir: Path, entries: list[RegistryEntry]) -> None:
+    def __init__(self, models_dir: Path, entries: list[RegistryEntry],
+                 min_free_bytes: int = 0) -> None:
+        """`min_free_bytes`: free disk a pull must leave in the models directory."""
         self.models_dir = models_dir
         self.entries = entries
+        self.min_free_bytes = min_free_bytes
 
     def find(self, name: str) -> RegistryEntry | None:
         return next((e for e in self.entries if name in e.names), None)
@@ -205,47 +192,22 @@ class ModelStore:
         return (f"model `{entry.id}` is not downloaded; run `edge-server pull {entry.id}` "
                 "on the server")
 
-    def pull(self, repo: str, file: str, *, revision: str = "main",
-             sha256: str | None = None) -> Path:
-        """Downloads (resuming a partial download) into the models directory, then checks
-        the SHA-256 against `sha256` or, without one, against the Hub's own checksum."""
-        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    def download(self, repo: str, file: str, *, revision: str = "main",
+                 sha256: str | None = None) -> HubDownload:
+        """A download of a hub file into the models directory (not started): resumed,
+        bounded by free disk, checked against `sha256` or else the Hub's own checksum."""
+        return HubDownload(self.models_dir, repo, file, revision=revision, sha256=sha256,
+                           min_free_bytes=self.min_free_bytes)
 
-        target_dir = self.models_dir / repo
-        target_dir.mkdir(parents=True, exist_ok=True)
-        expected = sha256.lower() if sha256 else None
-        try:
-            if expected is None and os.environ.get("HF_HUB_OFFLINE") not in ("1", "true"):
-                etag = get_hf_file_metadata(hf_hub_url(repo, file, revision=revision)).etag
-                if etag and _SHA256.match(etag.lower()):
-                    expected = etag.lower()
-            local = Path(hf_hub_download(repo_id=repo, filename=file, revision=revision,
-                                         local_dir=target_dir))
-        except LocalEntryNotFoundError as exc:
-            raise PullError(f"{repo}/{file} is not downloaded and the hub cannot be reached "
-                            "(offline)") from exc
-        except (HfHubHTTPError, OSError) as exc:
-            raise PullError(f"could not download {repo}/{file}: {exc}") from exc
-        if expected is not None:
-            actual = sha256_of(local)
-            if actual != expected:
-                local.unlink(missing_ok=True)
-                raise PullError(f"checksum mismatch for {repo}/{file}: expected {expected}, "
-                                f"got {actual}; the download was deleted")
-        else:
-            log.warning("no checksum known for %s/%s; not verified", repo, file)
-        return local
-
-    def pull_entry(self, entry: RegistryEntry) -> Path:
-        if entry.embedded:
-            return default_model_path()
+    def downloads_of(self, entry: RegistryEntry) -> list[HubDownload]:
+        """A registry model's downloads: its file, then its projector (pulled with it)."""
         if entry.repo is None or entry.file is None:
             raise PullError(f"model `{entry.id}` is a local file, nothing to pull")
-        path = self.pull(entry.repo, entry.file, revision=entry.revision, sha256=entry.sha256)
-        if entry.mmproj is not None:  # the projector comes with its model
-            self.pull(entry.repo, entry.mmproj, revision=entry.revision)
-        return path
+        downloads = [self.download(entry.repo, entry.file, revision=entry.revision,
+                                   sha256=entry.sha256)]
+        if entry.mmproj is not None:
+            downloads.append(self.download(entry.repo, entry.mmproj, revision=entry.revision))
+        return downloads
 
     def present_files(self) -> list[Path]:
         """GGUF files under the models directory, whether or not the registry names them."""

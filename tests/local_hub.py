@@ -7,7 +7,8 @@ set it in the environment of the process that pulls). It answers HEAD and GET on
 so resumed downloads work. GET /api/models/{org}/{repo}/tree/{revision} lists a repo's
 files (huggingface-hub's list_repo_files). `corrupt` serves bytes that do not match the advertised
 checksum; `interrupt` cuts the first full GET of a file off halfway, as a dropped
-connection would.
+connection would; `rate` (bytes per second) slows every body down, so that a test can act
+while a download runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
@@ -24,8 +26,10 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 class LocalHub:
     def __init__(self, files: dict[tuple[str, str], bytes], *,
                  corrupt: set[tuple[str, str]] | frozenset = frozenset(),
-                 interrupt: set[tuple[str, str]] | frozenset = frozenset()) -> None:
+                 interrupt: set[tuple[str, str]] | frozenset = frozenset(),
+                 rate: int = 0) -> None:
         self.files = files
+        self.rate = rate
         self.corrupt = set(corrupt)
         self.interrupt = set(interrupt)
         self.requests: list[tuple[str, str, str | None]] = []
@@ -95,7 +99,13 @@ class LocalHub:
                     self.close_connection = True
                     self.connection.shutdown(2)  # drop the connection mid-body
                     return
-                self.wfile.write(data[start:])
+                if not hub.rate:
+                    self.wfile.write(data[start:])
+                    return
+                piece = max(hub.rate // 20, 1)  # twenty writes a second
+                for at in range(start, len(data), piece):
+                    self.wfile.write(data[at:at + piece])
+                    time.sleep(0.05)
 
             def do_HEAD(self) -> None:
                 self._answer(with_body=False)

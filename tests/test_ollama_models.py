@@ -52,7 +52,7 @@ def models_server(tmp_path_factory: pytest.TempPathFactory, gguf: bytes
         # The test projector (scripts/make_test_projector.py): its images mean nothing
         # to the model, but every step of reading them runs.
         projector = write_test_projector(tmp / "test-mmproj.gguf")
-        server = start_server(tmp, "--registry", str(registry), "--api-key", KEY,
+        server = start_server(tmp, "--registry", str(registry), "--admin-api-key", KEY,
                               "--mmproj", str(projector),
                               "--parallel", "2", "--ctx-size", "2048", name="ollama-models",
                               env=env)
@@ -147,7 +147,7 @@ def test_copy_then_delete_the_copy(oc: ollama.Client) -> None:
     assert answer.done and answer.model == "my-copy:v1"
     with pytest.raises(ollama.ResponseError) as taken:
         oc.copy(DEFAULT_MODEL, "my-copy:v1")
-    assert taken.value.status_code == 400
+    assert taken.value.status_code == 409  # a copy never repoints a name
     oc.delete("my-copy:v1")
     assert "my-copy:v1" not in _listed(oc)
     with pytest.raises(ollama.ResponseError) as gone:

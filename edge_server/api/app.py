@@ -50,6 +50,7 @@ def create_app(
     preload: str | None,
     metrics: Metrics,
     api_keys: list[str] | None = None,
+    admin_api_keys: list[str] | None = None,
     reap_interval: float = 1.0,
     max_body_mb: float = 8.0,
     replica_name: str | None = None,
@@ -65,6 +66,7 @@ def create_app(
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
     X-Edge-Replica header of every answer. `webui`: serve the chat page at /.
     `cors_origins`: web origins whose pages may call the API (others get a 403).
+    `admin_api_keys`: keys that may also manage models (the others may only use them).
     `store` and `make_spec` (a registry entry as a pool model) let Ollama's /api/pull and
     /api/delete manage the models directory. `allowed_hosts`: Host names served besides
     loopback ones when there are no API keys. `admitted_per_model`: generation requests
@@ -104,6 +106,7 @@ def create_app(
     # reads them, check the key, and last refuse generation requests beyond the engines'
     # slots and queues, still unread.
     drain = Drain()
+    keyed = bool(api_keys or admin_api_keys)
     middleware = [
         Middleware(RequestCounter, metrics=metrics),
         # Every error on /v1/messages* in Anthropic's shape, on /api/* in Ollama's.
@@ -115,15 +118,16 @@ def create_app(
     ]
     if replica_name:
         middleware.insert(0, Middleware(ReplicaHeader, name=replica_name))
-    if not api_keys:
+    if not keyed:
         middleware.append(Middleware(HostGuard, allowed=allowed_hosts or []))
     middleware += [
         Middleware(DrainGate, drain=drain),
         Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
     ]
-    if api_keys:
+    if keyed:
         # The chat page's files need no key: the page asks for it.
-        middleware.append(Middleware(APIKeyAuth, keys=api_keys,
+        middleware.append(Middleware(APIKeyAuth, keys=api_keys or [],
+                                     admin_keys=admin_api_keys or [],
                                      open_paths=("/",) if webui else (),
                                      open_prefixes=(chat_page.PREFIX,) if webui else ()))
     admission = Admission(lambda: (admitted_per_model or 0) * max(1, pool.loaded_count()))
@@ -137,7 +141,7 @@ def create_app(
         routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
                 *native_routes, *tokenize_routes, *props_routes, *slot_routes, *messages_routes,
                 *response_routes, *ollama_routes,
-                metrics_route(metrics), openapi_route(secured=bool(api_keys)),
+                metrics_route(metrics), openapi_route(secured=keyed),
                 *(chat_page.routes() if webui else [])],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...engine import Engine
+from ..http.auth import require_admin
 from ..http.dependencies import acquire, parse_body, pool, serve_with_model
 from . import models, names
 from .embed import EmbedServing
@@ -23,12 +24,21 @@ _serving = OllamaServing()
 _embedding = EmbedServing()
 
 
+def _keep_alive(request: Request, keep_alive: float | str | None) -> float | None:
+    """The request's keep_alive in seconds; 0 unloads the model for every caller, which
+    needs an admin key where keys are set."""
+    seconds = keep_alive_seconds(keep_alive)
+    if seconds == 0:
+        require_admin(request, "keep_alive 0 (unloading the model for every caller)")
+    return seconds
+
+
 async def _with_model(request: Request, model: str, keep_alive: float | str | None,
                       serve: Callable[[Engine, Clock], Awaitable[Response]]) -> Response:
     """Runs `serve` on the model's engine (loaded if need be); the model then stays for
     the request's keep_alive (the server's default when absent)."""
     clock = Clock()
-    seconds = keep_alive_seconds(keep_alive)
+    seconds = _keep_alive(request, keep_alive)
     models_ = pool(request)
     name = names.pool_name(models_, model)
 
@@ -45,7 +55,7 @@ async def _load_or_unload(request: Request, model: str, keep_alive: float | str 
     """An empty chat or prompt loads the model, or with keep_alive 0 unloads it."""
     models_ = pool(request)
     name = names.pool_name(models_, model)
-    seconds = keep_alive_seconds(keep_alive)
+    seconds = _keep_alive(request, keep_alive)
     if seconds == 0:
         model_id = models_.spec(name).id
         models_.set_keep_alive(model_id, 0)

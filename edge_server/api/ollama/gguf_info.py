@@ -20,7 +20,7 @@ from typing import Any
 
 import gguf
 
-from ...model_store import sha256_of
+from ...hub_download import sha256_of
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,11 @@
 /api/ps, /api/version, /api/copy, /api/delete; /api/create and /api/push are refused.
 
 Names made by /api/copy live as long as the process (the registry file is the operator's
-and is never written). /api/delete removes a copied name, or the file of a model pulled
-into the models directory; the embedded model and files the registry points at elsewhere
-are the operator's and are not deleted.
+and is never written); a copy never repoints a name that is taken (409), and there are at
+most MAX_RUNTIME_NAMES of them. /api/delete removes a copied name, or the file of a model
+pulled into the models directory; the default model, the embedded one and the files the
+registry names by path are the operator's and are not deleted. Copy and delete need an
+admin key where keys are set (require_admin).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...model_pool import ModelPool
+from ...model_pool import ModelPool, TooManyNames
 from ...model_spec import ModelSpec
 from ...model_store import ModelStore
+from ..http.auth import require_admin
 from ..http.dependencies import off_loop, parse_body, pool
-from ..http.errors import APIError, invalid
+from ..http.errors import APIError
 from . import names
 from .gguf_info import FACTS
 from .options import DEFAULTS
@@ -130,21 +133,29 @@ async def running(request: Request) -> Response:
 
 
 async def copy(request: Request) -> Response:
+    require_admin(request, "copying a model")
     body = await parse_body(request, CopyRequest)
     models = pool(request)
     source = names.pool_name(models, body.source)
     destination = body.destination.removesuffix(names.LATEST)
     try:
         models.add_name(source, destination)
+    except TooManyNames as exc:
+        raise APIError(409, str(exc), param="destination", code="too_many_names") from exc
     except ValueError as exc:
-        raise invalid("destination", f"destination \"{body.destination[:256]}\" already "
-                      "names a model") from exc
+        raise APIError(409, f"destination \"{body.destination}\" already names a model: "
+                       "a copy does not repoint a name", param="destination",
+                       code="name_taken") from exc
     return Response(status_code=200)
 
 
 def _deletable_file(store: ModelStore | None, spec: ModelSpec) -> Path | None:
-    """The model's file where it was pulled into the models directory, else None."""
+    """The model's file where it was pulled into the models directory, else None (a
+    registry model with a local path is the operator's, wherever it lies)."""
     if store is None or spec.path is None:
+        return None
+    entry = store.find(spec.id)
+    if entry is not None and entry.path is not None:
         return None
     try:
         spec.path.resolve().relative_to(store.models_dir.resolve())
@@ -154,6 +165,7 @@ def _deletable_file(store: ModelStore | None, spec: ModelSpec) -> Path | None:
 
 
 async def delete(request: Request) -> Response:
+    require_admin(request, "deleting a model")
     body = await parse_body(request, ModelRequest)
     models = pool(request)
     name = names.pool_name(models, body.model)
@@ -162,10 +174,10 @@ async def delete(request: Request) -> Response:
         return Response(status_code=200)
     spec = models.spec(name)
     path = _deletable_file(getattr(request.app.state, "store", None), spec)
-    if path is None:
-        raise APIError(403, f"model \"{body.model[:256]}\" is not in the models directory "
-                       "(the embedded model, or a file the registry names): it is not deleted",
-                       param="model", code="permission_denied")
+    if path is None or spec.id == models.default_id:
+        raise APIError(403, f"model \"{body.model[:256]}\" is the operator's (the default "
+                       "model, the embedded one, or a file the registry names): it is not "
+                       "deleted", param="model", code="permission_denied")
     await models.unload_when_idle(spec.id, wait=5.0)
     if models.is_loaded(spec.id):
         raise APIError(409, f"model \"{body.model[:256]}\" is serving requests; retry "

@@ -16,6 +16,8 @@ from ..http.limits import MAX_IMAGES, MAX_MESSAGES, MAX_OBJECT_KEYS, MAX_TOOL_CA
 _STRICT = ConfigDict(extra="forbid")
 MAX_EMBED_INPUTS = 2048  # as /v1/embeddings
 ModelName = Annotated[str, Field(min_length=1, max_length=512)]
+# A name /api/copy gives: listed by /v1/models and /api/tags, so kept short.
+CopiedName = Annotated[str, Field(min_length=1, max_length=200)]
 # `format`: "json", a JSON schema, or "" / absent for free text.
 Format = Literal["", "json"] | dict[str, Any] | None
 # `keep_alive`: seconds, or a duration such as "5m" (options.keep_alive_seconds).
@@ -127,7 +129,7 @@ class ModelRequest(_NamedByModel):
 class CopyRequest(BaseModel):
     model_config = _STRICT
     source: ModelName
-    destination: ModelName
+    destination: CopiedName
 
 
 class PullRequest(_NamedByModel):

@@ -120,8 +120,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         errors=_MODEL_ERRORS),
     ("GET", "/props"): Operation(
         "props", "llama-server's properties of a model: context, slots, chat template, "
-        "default sampler (`?model=` for another than the default)", response=PropsResponse,
-        errors=(404, 503)),
+        "default sampler (`?model=` for another than the default; a GET loads no other "
+        "model: 409 when it is not loaded)", response=PropsResponse,
+        errors=(403, 404, 409, 503)),
     ("GET", "/slots"): Operation(
         "slots", "llama-server's read-only view of each slot of a model (with --slots; "
         "`?model=`, `?fail_on_no_slot=1`)", response=SlotList, errors=(404, 501, 503)),
@@ -161,9 +162,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         ("POST", "/api/pull"): Operation("ollamaPull", "Ollama: download a model, with "
                                          "progress", ollama.PullRequest,
                                          ollama.ProgressResponse, streams=True,
-                                         errors=(400, 404, 502)),
+                                         errors=(400, 403, 404, 409, 502, 503, 507)),
         ("POST", "/api/copy"): Operation("ollamaCopy", "Ollama: another name for a model",
-                                         ollama.CopyRequest, errors=(400, 404)),
+                                         ollama.CopyRequest, errors=(400, 403, 404, 409)),
         ("DELETE", "/api/delete"): Operation("ollamaDelete", "Ollama: remove a copied name "
                                              "or a pulled model's file", ollama.ModelRequest,
                                              errors=(400, 403, 404, 409)),
@@ -195,9 +196,11 @@ for (_method, _path), _op in list(OPERATIONS.items()):
         OPERATIONS[(_method, without_v1(_path))] = dataclasses.replace(
             _op, id=_op.id + "Unprefixed", summary=_op.summary + " (llama-server's path)")
 
-_STATUS_TEXT = {400: "Invalid request", 404: "Unknown model", 413: "Request body too large",
+_STATUS_TEXT = {400: "Invalid request", 403: "Forbidden: an admin key's, or the operator's model",
+                404: "Unknown model", 409: "Conflict", 413: "Request body too large",
                 429: "Queue full; retry after `Retry-After` seconds",
-                503: "Model loading, not downloaded, or no slot in time"}
+                503: "Model loading, not downloaded, or no slot in time",
+                507: "Not enough free disk"}
 
 
 def _schemas(ops: list[Operation]) -> tuple[dict[tuple[Any, JsonSchemaMode], Any],

@@ -3,6 +3,11 @@ about the model being served (the context one request may use, the slots, the ch
 template and its special tokens, the sampler a request gets by default, which inputs
 the model reads). `?model=` names another model than the default.
 
+A GET never loads a model another than the default (any web page can make a browser send
+one): a model not loaded answers 409 `model_not_loaded`, or with an admin key (where keys
+are set) is loaded; an ordinary key gets a 403 for it. The default model, the one the
+server runs to serve, is loaded again if keep_alive had unloaded it.
+
 Read-only: llama-server's POST /props, which changes settings at run time, is not served.
 """
 
@@ -19,10 +24,13 @@ from starlette.routing import Route
 from ... import __version__
 from ...default_model import DEFAULT_ALIAS
 from ...engine import Engine
+from ...model_spec import UnknownModel
 from ..common.llama_format import sampler_json
 from ..common.protocol import SamplingRequest
 from ..common.serving import sampling_params
-from ..http.dependencies import serve_with_model
+from ..http.auth import require_admin, role_of
+from ..http.dependencies import pool, serve_with_model
+from ..http.errors import APIError, model_not_found
 
 
 class Modalities(BaseModel):
@@ -81,8 +89,24 @@ async def props(request: Request) -> Response:
     async def serve(engine: Engine) -> Response:
         return JSONResponse(model_props(engine).model_dump())
 
-    return await serve_with_model(request, request.query_params.get("model", DEFAULT_ALIAS),
-                                  serve)
+    name = request.query_params.get("model", DEFAULT_ALIAS)
+    models = pool(request)
+    try:
+        spec = models.spec(name)
+    except UnknownModel as exc:
+        raise model_not_found(name) from exc
+    if spec.id == models.default_id or role_of(request) == "admin":
+        return await serve_with_model(request, name, serve)
+    lease = models.lease_if_loaded(name)
+    if lease is None:
+        require_admin(request, "loading a model by a GET")
+        raise APIError(409, f"model `{spec.id}` is not loaded, and a GET does not load it: "
+                       "send it a request (POST) first", param="model",
+                       code="model_not_loaded")
+    try:
+        return await serve(lease.engine)
+    finally:
+        lease.release()
 
 
 routes = [Route("/props", props, methods=["GET"])]
