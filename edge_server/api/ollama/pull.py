@@ -20,8 +20,9 @@ from starlette.responses import JSONResponse, Response
 from ...model_pool import ModelPool
 from ...model_spec import ModelSpec
 from ...model_store import ModelStore, PullError, RegistryEntry
-from ..http.dependencies import off_loop, parse_body, pool
+from ..http.dependencies import parse_body, pool
 from ..http.errors import APIError
+from ..http.io_threads import run_io
 from . import names
 from .protocol import PullRequest
 from .streaming import line, ndjson_stream
@@ -98,8 +99,8 @@ async def _progress(store: ModelStore, models: ModelPool, target: Target,
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     try:
-        meta = await off_loop(get_hf_file_metadata,
-                              hf_hub_url(target.repo, target.file, revision=target.revision))
+        meta = await run_io(get_hf_file_metadata,
+                            hf_hub_url(target.repo, target.file, revision=target.revision))
     except Exception as exc:
         raise APIError(502, f"pull model manifest: {target.repo}/{target.file} could not be "
                        f"reached ({type(exc).__name__})", code="pull_failed") from exc
@@ -152,7 +153,7 @@ async def pull(request: Request) -> Response:
         raise APIError(400, "this server has no models directory to pull into",
                        code="unsupported_endpoint")
     try:
-        target = await off_loop(resolve, store, body.model)
+        target = await run_io(resolve, store, body.model)
     except PullError as exc:
         raise APIError(404, f"pull model manifest: {exc}", param="model",
                        code="model_not_found") from exc
