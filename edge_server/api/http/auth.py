@@ -1,6 +1,7 @@
 """API keys: `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`) checked in
 constant time; /health stays open, and so do the chat page's static files (it asks for the
-key itself, and holds no secret).
+key itself, and holds no secret). A caller of an open path without a valid key is marked
+anonymous: /health tells it the status alone.
 
 Each key is a tenant: the request's scope carries an id derived from its key, and the
 engine shares cached prompt prefixes only between requests of one tenant, so no key can
@@ -19,11 +20,17 @@ from .errors import APIError
 
 OPEN_PATHS = {"/health"}
 _TENANT = "tenant"
+_ANONYMOUS = "anonymous"
 
 
 def tenant_of(request: Request) -> str:
     """The request's tenant: an id of its API key, "" without keys."""
     return str(request.scope.get("state", {}).get(_TENANT, ""))
+
+
+def is_anonymous(request: Request) -> bool:
+    """Keys are required and the caller (of an open path) gave no valid one."""
+    return bool(request.scope.get("state", {}).get(_ANONYMOUS, False))
 
 
 def _admit(scope: Scope, key: bytes) -> None:
@@ -51,22 +58,30 @@ class APIKeyAuth:
             matched |= hmac.compare_digest(presented, key)
         return matched
 
+    def _valid_key(self, headers: dict[bytes, bytes]) -> bytes | None:
+        """The request's key where it is one of ours (bearer, else x-api-key)."""
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() == b"bearer" and token and self._accepted(token.strip()):
+            return token.strip()
+        api_key = headers.get(b"x-api-key", b"").strip()
+        return api_key if api_key and self._accepted(api_key) else None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._open(scope.get("path", "")):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers", []))
+        key = self._valid_key(headers)
+        if key is not None:
+            _admit(scope, key)
+            await self.app(scope, receive, send)
+            return
+        if self._open(scope.get("path", "")):
+            scope.setdefault("state", {})[_ANONYMOUS] = True
+            await self.app(scope, receive, send)
+            return
         header = headers.get(b"authorization", b"")
-        scheme, _, token = header.partition(b" ")
-        if scheme.lower() == b"bearer" and token and self._accepted(token.strip()):
-            _admit(scope, token.strip())
-            await self.app(scope, receive, send)
-            return
         api_key = headers.get(b"x-api-key", b"").strip()
-        if api_key and self._accepted(api_key):
-            _admit(scope, api_key)
-            await self.app(scope, receive, send)
-            return
         message = ("Missing API key: send `Authorization: Bearer <key>`." if not (header or api_key)
                    else "Incorrect API key provided.")
         error = APIError(401, message, code="invalid_api_key",
