@@ -75,7 +75,8 @@ def test_spilled_prefixes_are_restored_for_their_key_alone(keyed: RunningServer)
         hit, total_seed = cached(keyed.base_url, KEY_A, long_prompt(seed))
         assert hit < OPENING
         total = total if seed != 3 else total_seed
-    stats = httpx.get(f"{keyed.base_url}/health").json()["models"][DEFAULT_MODEL]
+    stats = httpx.get(f"{keyed.base_url}/health", headers={
+        "Authorization": f"Bearer {KEY_A}"}).json()["models"][DEFAULT_MODEL]
     assert stats["prompt_store_entries"] >= 1
     assert cached(keyed.base_url, KEY_B, first)[0] < OPENING
     assert cached(keyed.base_url, KEY_A, first)[0] >= total - OPENING

@@ -34,16 +34,16 @@ def text_end(request: GenerationRequest, start: int, end: int) -> int:
 
 
 def decode_image(model: LlamaModel, projector: Projector, span: ImageSpan,
-                 seq_id: int) -> EngineError | None:
-    """Encodes the image (or takes its recent encoding) and decodes its embeddings at
-    positions span.start.. of `seq_id`; an EngineError says why it failed."""
+                 seq_id: int, partition: str = "") -> EngineError | None:
+    """Encodes the image (or takes its recent encoding for `partition`) and decodes its
+    embeddings at positions span.start.. of `seq_id`; an EngineError says why it failed."""
     chunk = span.chunk
     non_causal = projector.non_causal(chunk)
     if non_causal and chunk.n_tokens > model.n_batch:
         return EngineError(f"an image of {chunk.n_tokens} tokens needs a batch of that "
                            f"size; this model's batch is {model.n_batch}", status=400,
                            code="image_too_large")
-    embd = projector.encode(chunk)
+    embd = projector.encode(chunk, partition)
     if embd is None:
         return EngineError("the image could not be encoded", status=400, code="invalid_image")
     if non_causal:
@@ -74,7 +74,8 @@ def decode_next_image(jobs: list[Job], model: LlamaModel, projector: Projector |
             job.prefill_at = len(job.slot.cached)
             continue
         assert projector is not None
-        error = decode_image(model, projector, span, job.slot.seq_id)
+        error = decode_image(model, projector, span, job.slot.seq_id,
+                             job.request.partition)
         kv.decoded()
         if error is not None:
             return job, error

@@ -24,7 +24,8 @@ from ...engine import EngineOverloaded
 from ...engine.multimodal.projector import ImageLimits, ProjectorBusy, RgbImage
 from ...engine.multimodal.projector_check import ProjectorError
 from ..http.errors import APIError, from_engine_error, invalid
-from .image_fetch import FetchError, fetched
+from .image_fetch import fetched
+from .url_fetch import FetchError
 
 _FORMATS = {"PNG", "JPEG", "WEBP", "GIF", "BMP"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w=.+-]+)*),", re.I)
@@ -39,7 +40,7 @@ def decode_image_url(url: str, limits: ImageLimits, param: str) -> RgbImage:
         if not limits.fetch_urls:
             raise invalid(param, "image URLs are not fetched by this server; send the "
                           "image inline as a base64 data URL", "image_url_not_allowed")
-        return decode_image_bytes(_fetch(url, limits, param), limits, param)
+        return decode_image_bytes(_fetch(url, param), limits, param)
     match = _DATA_URL.match(url[:256])
     if match is None or ";base64" not in (match.group("params") or "").lower():
         raise invalid(param, "expected a base64 data URL (data:image/png;base64,...)")
@@ -54,14 +55,11 @@ def decode_image_url(url: str, limits: ImageLimits, param: str) -> RgbImage:
     return decode_image_bytes(data, limits, param)
 
 
-def _fetch(url: str, limits: ImageLimits, param: str) -> bytes:
+def _fetch(url: str, param: str) -> bytes:
     try:
-        return fetched(url, limits)
+        return fetched(url)
     except FetchError as exc:
         raise invalid(param, exc.message, exc.code) from exc
-    except TimeoutError as exc:  # a fetch not made before preparation, waited on here
-        raise invalid(param, "the image URL could not be fetched in time",
-                      "image_fetch_failed") from exc
 
 
 def decode_image_bytes(data: bytes, limits: ImageLimits, param: str) -> RgbImage:

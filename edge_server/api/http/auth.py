@@ -1,6 +1,7 @@
 """API keys: `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`) checked in
 constant time; /health stays open, and so do the chat page's static files (it asks for the
-key itself, and holds no secret).
+key itself, and holds no secret). A caller of an open path without a valid key is marked
+anonymous: /health tells it the status alone.
 
 Two tiers: admin keys (--admin-api-key) may also manage models (pull, copy, delete,
 create, unload a model others use, load one by a GET); ordinary keys may use models, and
@@ -41,6 +42,11 @@ def role_of(request: Request) -> Role:
     open without a key on a server with keys)."""
     role = request.scope.get("state", {}).get(_ROLE, "keyless")
     return role if role in ("admin", "user", "anonymous") else "keyless"
+
+
+def is_anonymous(request: Request) -> bool:
+    """Keys are required and the caller (of an open path) gave no valid one."""
+    return role_of(request) == "anonymous"
 
 
 def may_manage(request: Request) -> bool:
@@ -92,24 +98,33 @@ class APIKeyAuth:
             admin |= same and is_admin
         return matched, admin
 
+    def _valid_key(self, headers: dict[bytes, bytes]) -> tuple[bytes, bool] | None:
+        """(the request's key, whether it is an admin key) where it is one of ours
+        (bearer, else x-api-key)."""
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        api_key = headers.get(b"x-api-key", b"").strip()
+        for presented in (token.strip() if scheme.lower() == b"bearer" else b"", api_key):
+            accepted, admin = self._match(presented) if presented else (False, False)
+            if accepted:
+                return presented, admin
+        return None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        valid = self._valid_key(headers)
+        if valid is not None:
+            _admit(scope, *valid)
             await self.app(scope, receive, send)
             return
         if self._open(scope.get("path", "")):
             scope.setdefault("state", {})[_ROLE] = "anonymous"
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers", []))
         header = headers.get(b"authorization", b"")
-        scheme, _, token = header.partition(b" ")
         api_key = headers.get(b"x-api-key", b"").strip()
-        for presented in (token.strip() if scheme.lower() == b"bearer" else b"", api_key):
-            accepted, admin = self._match(presented) if presented else (False, False)
-            if accepted:
-                _admit(scope, presented, admin)
-                await self.app(scope, receive, send)
-                return
         message = ("Missing API key: send `Authorization: Bearer <key>`." if not (header or api_key)
                    else "Incorrect API key provided.")
         error = APIError(401, message, code="invalid_api_key",

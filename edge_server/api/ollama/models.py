@@ -23,8 +23,9 @@ from ...model_pool import ModelPool, TooManyNames
 from ...model_spec import ModelSpec
 from ...model_store import ModelStore
 from ..http.auth import require_admin
-from ..http.dependencies import off_loop, parse_body, pool
+from ..http.dependencies import parse_body, pool
 from ..http.errors import APIError
+from ..http.io_threads import run_io
 from . import names
 from .gguf_info import FACTS
 from .options import DEFAULTS
@@ -66,7 +67,7 @@ def _tags(models: ModelPool) -> dict[str, Any]:
 
 
 async def list_tags(request: Request) -> Response:
-    return JSONResponse(await off_loop(_tags, pool(request)))
+    return JSONResponse(await run_io(_tags, pool(request)))
 
 
 async def version(_: Request) -> Response:
@@ -108,7 +109,7 @@ async def show(request: Request) -> Response:
     body = await parse_body(request, ModelRequest)
     models = pool(request)
     spec = names.spec_of(models, body.model)
-    return JSONResponse(await off_loop(_show, models, spec, bool(body.verbose)))
+    return JSONResponse(await run_io(_show, models, spec, bool(body.verbose)))
 
 
 def _running(models: ModelPool) -> dict[str, Any]:
@@ -129,7 +130,7 @@ def _running(models: ModelPool) -> dict[str, Any]:
 
 
 async def running(request: Request) -> Response:
-    return JSONResponse(await off_loop(_running, pool(request)))
+    return JSONResponse(await run_io(_running, pool(request)))
 
 
 async def copy(request: Request) -> Response:

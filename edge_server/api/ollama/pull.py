@@ -26,8 +26,9 @@ from ...model_pool import ModelPool
 from ...model_spec import ModelSpec, UnknownModel
 from ...model_store import ModelStore, PullError, RegistryEntry
 from ..http.auth import require_admin
-from ..http.dependencies import off_loop, parse_body, pool
+from ..http.dependencies import parse_body, pool
 from ..http.errors import APIError
+from ..http.io_threads import run_io
 from . import names
 from .protocol import PullRequest
 from .pull_jobs import PullJob, PullJobs
@@ -210,7 +211,7 @@ async def _started(request: Request, store: ModelStore, target: Target) -> PullJ
         raise APIError(400, f"pull model manifest: {exc}", param="model") from exc
     job = _jobs(request).claim(downloads)
     try:
-        await off_loop(job.main.prepare)
+        await run_io(job.main.prepare)
     except PullError as exc:
         job.abandon()
         raise _error_of(exc) from exc
@@ -238,7 +239,7 @@ async def pull(request: Request) -> Response:
                            "replace the weights behind a name", param="model",
                            code="name_taken")
     try:
-        target = await off_loop(resolve, store, body.model)
+        target = await run_io(resolve, store, body.model)
     except PullError as exc:
         raise APIError(404, f"pull model manifest: {exc}", param="model",
                        code="model_not_found") from exc

@@ -12,6 +12,7 @@ from starlette.routing import Route
 from ...engine.backend import rpc_guard
 from ...model_pool import ModelPool
 from ...model_spec import ModelSpec, UnknownModel
+from ..http.auth import is_anonymous
 from ..http.dependencies import pool
 from ..http.errors import model_not_found
 from ..http.memory_account import memory_account
@@ -86,32 +87,39 @@ async def retrieve_model(request: Request) -> JSONResponse:
 
 async def health(request: Request) -> JSONResponse:
     """200 once the default model is loaded and serving; 503 before (or if it failed),
-    and while draining after SIGTERM."""
+    and while draining after SIGTERM. Where keys are required, a caller without one
+    gets the status alone: per-model counters (images whose encoding was skipped, the
+    prompt store's entries) would tell it what other keys sent."""
+    answer, status = _health(request)
+    if is_anonymous(request):
+        answer = HealthResponse(status=answer.status)
+    return _json(answer, status)
+
+
+def _health(request: Request) -> tuple[HealthResponse, int]:
     models = pool(request)
     state = request.app.state
     if state.startup_error:
-        return _json(HealthResponse(status="error", error="the default model failed to load"),
-                     503)
+        return HealthResponse(status="error", error="the default model failed to load"), 503
     if state.drain.draining:
         # Shutting down: a load balancer's check sees it and sends new work elsewhere.
-        return _json(HealthResponse(status="draining"), 503)
-    rpc_failure = rpc_guard.failure()
-    if rpc_failure:
+        return HealthResponse(status="draining"), 503
+    if rpc_guard.failure():
         # An RPC server holding layers is gone: the split cannot serve until a restart.
         # /health needs no key, so it does not say which server (its host:port is in
         # the log, and in the errors of requests, which need the key).
-        return _json(HealthResponse(status="rpc_failed", error="an RPC server holding "
-                                    "model layers is unreachable; see the server log"), 503)
+        return HealthResponse(status="rpc_failed", error="an RPC server holding model "
+                              "layers is unreachable; see the server log"), 503
     if not state.ready:
-        return _json(HealthResponse(status="loading", default_model=models.default_id), 503)
+        return HealthResponse(status="loading", default_model=models.default_id), 503
     stalled = models.stalled(getattr(state, "watchdog_seconds", 30.0))
     if stalled:
         # An engine step that runs this long is stuck in C: say so, so that a service
         # manager or load balancer stops sending work and restarts us.
-        return _json(HealthResponse(status="stalled", stalled_models=stalled), 503)
-    return _json(HealthResponse(status="ok", default_model=models.default_id,
-                                models=models.stats(), memory=memory_account(models),
-                                kv_cache=models.kv_cache()))
+        return HealthResponse(status="stalled", stalled_models=stalled), 503
+    return HealthResponse(status="ok", default_model=models.default_id,
+                          models=models.stats(), memory=memory_account(models),
+                          kv_cache=models.kv_cache()), 200
 
 
 routes = [

@@ -23,6 +23,7 @@ from ...engine.chat_template import RenderedChat
 from ...engine.multimodal.projector import RgbImage
 from ..chat.prompt import chat_prompt, render_chat, shown_text
 from ..chat.protocol import ChatMessage, TemplateKwargs, Tool
+from ..common.image_fetch import with_image_urls
 from ..common.prompt_bounds import check_prompt_bytes, check_token_count
 from ..common.serving import check_prompt_tokens
 from ..http.dependencies import off_loop, parse_body, serve_with_model
@@ -128,7 +129,8 @@ async def tokenize(request: Request) -> Response:
     async def serve(engine: Engine) -> Response:
         return JSONResponse({"tokens": await off_loop(_tokenized, body, engine)})
 
-    return await serve_with_model(request, body.model, serve)
+    return await serve_with_model(request, body.model, lambda engine: with_image_urls(
+        body, engine, lambda: serve(engine)))
 
 
 async def detokenize(request: Request) -> Response:
@@ -147,7 +149,10 @@ async def apply_template(request: Request) -> Response:
         prompt = await off_loop(body.shown, engine)
         return JSONResponse(ApplyTemplateResponse(prompt=prompt).model_dump())
 
-    return await serve_with_model(request, body.model, serve)
+    # Image URLs are fetched on the fetch threads first, as chat's are: a slow server
+    # never holds a preparation thread.
+    return await serve_with_model(request, body.model, lambda engine: with_image_urls(
+        body, engine, lambda: serve(engine)))
 
 
 routes = [

@@ -152,7 +152,8 @@ class Projector:
         self._identity = hashlib.sha256(
             f"{path.name}|{path.stat().st_size}|{path.stat().st_mtime_ns}".encode()).digest()
         self._marker = mtmd.mtmd_default_marker()
-        self._embeddings: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        # By (partition, chunk key): a tenant never gets (or times) another's encoding.
+        self._embeddings: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # the embedding cache is read off the engine thread
         self.images_encoded = 0
         self.encodes_skipped = 0
@@ -256,13 +257,16 @@ class Projector:
     def set_causal(model: LlamaModel, causal: bool) -> None:
         lc.llama_set_causal_attn(model.ctx, causal)
 
-    def encode(self, chunk: ImageChunk) -> np.ndarray | None:
+    def encode(self, chunk: ImageChunk, partition: str = "") -> np.ndarray | None:
         """The image's embeddings, (n_tokens, n_embd) float32; None if encoding failed.
-        Engine thread only. A repeat of a recently encoded image is not encoded again."""
+        Engine thread only. A repeat of a recently encoded image is not encoded again
+        within one partition (a tenant: an API key); across partitions it is, so that
+        no key learns from the time an encode takes what another key sent."""
+        key = (partition, chunk.key)
         with self._lock:
-            cached = self._embeddings.get(chunk.key)
+            cached = self._embeddings.get(key)
             if cached is not None:
-                self._embeddings.move_to_end(chunk.key)
+                self._embeddings.move_to_end(key)
                 self.encodes_skipped += 1
                 return cached
         if mtmd.mtmd_encode_chunk(self.ctx, chunk.ptr) != 0:
@@ -272,7 +276,7 @@ class Projector:
             chunk.n_tokens, self.n_embd).copy()
         self.images_encoded += 1
         with self._lock:
-            self._embeddings[chunk.key] = embd
+            self._embeddings[key] = embd
             total = sum(e.nbytes for e in self._embeddings.values())
             while total > _EMBEDDING_CACHE_BYTES and len(self._embeddings) > 1:
                 _, dropped = self._embeddings.popitem(last=False)
