@@ -118,13 +118,19 @@ def _messages(req: ChatRequest, names: Names) -> list[ChatMessage]:
     return out
 
 
-def _thinking(think: bool | str | None) -> dict[str, bool]:
-    """`think` absent: the template's own default, its text left in the content; on: the
-    reasoning comes back as `thinking`; off: the template is told not to think."""
+# `think` levels as OpenAI's reasoning_effort: Ollama's "max" is OpenAI's highest, xhigh.
+THINK_EFFORT = {"low": "low", "medium": "medium", "high": "high", "max": "xhigh"}
+
+
+def _thinking(think: bool | str | None) -> dict[str, Any]:
+    """`think` absent: the template's own default, its text left in the content; on (true
+    or a level): the reasoning comes back as `thinking`, a level reaching the template as
+    chat's reasoning_effort does; off: the template is told not to think."""
     if think is None:
         return {"enable_thinking": True, "separate_reasoning": False}
-    on = think is not False
-    return {"enable_thinking": on, "separate_reasoning": on}
+    if isinstance(think, str):
+        return {"reasoning_effort": THINK_EFFORT[think], "separate_reasoning": True}
+    return {"enable_thinking": think, "separate_reasoning": think}
 
 
 def _chat_request(fields: dict[str, Any]) -> ChatCompletionRequest:
@@ -173,10 +179,12 @@ _FIELDS = {".System": "system", ".Prompt": "prompt", ".Response": "response",
            ".Suffix": "suffix"}
 
 
-def render_template(template: str, values: dict[str, str]) -> str:
+def render_template(template: str, values: dict[str, str], *,
+                    until_response: bool = False) -> str:
     """Ollama's Go template, the subset prompt templates use: `{{ .System }}`,
     `{{ .Prompt }}`, `{{ .Response }}`, `{{ .Suffix }}`, `{{ if .X }}…{{ else }}…{{ end }}`
-    and `{{-`/`-}}` trimming. Anything else is a 400 naming `template`."""
+    and `{{-`/`-}}` trimming. Anything else is a 400 naming `template`.
+    `until_response`: the text stops where the answer goes (the turn being generated)."""
     out: list[str] = []
     shown: list[bool] = []  # per open `if`: whether its branch is being written
     at = 0
@@ -192,6 +200,8 @@ def render_template(template: str, values: dict[str, str]) -> str:
         at, trim_next = match.end(), bool(match.group(3))
         action = match.group(2)
         words = action.split()
+        if action == ".Response" and until_response and all(shown):
+            return "".join(out)
         if action in _FIELDS:
             if all(shown):
                 out.append(values.get(_FIELDS[action], ""))
