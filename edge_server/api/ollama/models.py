@@ -194,11 +194,14 @@ async def delete(request: Request) -> Response:
     require_manager(request)
     body = await parse_body(request, ModelRequest)
     models = pool(request)
-    name = names.pool_name(models, body.model)
     saved = _saved(request)
-    if saved is not None and name in saved.models:
-        await forget(saved, models, name)
+    # A saved model is deleted by its name even when it could not be served.
+    made = next((n for n in (body.model, body.model.removesuffix(names.LATEST))
+                 if saved is not None and n in saved.models), None)
+    if saved is not None and made is not None:
+        await forget(saved, models, made)
         return Response(status_code=200)
+    name = names.pool_name(models, body.model)
     if name in models.runtime_names:
         models.remove_name(name)
         return Response(status_code=200)

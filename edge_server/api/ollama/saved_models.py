@@ -141,6 +141,10 @@ class SavedModels:
         """Stops serving a saved model (not loaded: the caller unloaded it)."""
         model = self.models.pop(name)
         self._write()
+        try:
+            pool.spec(name)
+        except UnknownModel:
+            return  # not served since the start (its source was gone): the file only
         if model.from_blob:
             pool.remove_model(name)
         elif name in pool.runtime_names:
