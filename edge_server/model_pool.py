@@ -246,6 +246,16 @@ class ModelPool:
         for name in spec.names:
             self._by_name[name] = spec
 
+    def remove_model(self, model_id: str) -> None:
+        """Stops serving a model add_model gave, and its names (it must not be loaded)."""
+        spec = self.spec(model_id)
+        if spec.id in self._loaded:
+            raise ValueError(f"model `{model_id}` is loaded")
+        for name in spec.names:
+            self._by_name.pop(name, None)
+            self.runtime_names.discard(name)
+        self.specs.remove(spec)
+
     def set_file(self, name: str, path: Path | None, missing_reason: str = "") -> None:
         """The model's file is now `path` (pulled), or gone (None: deleted)."""
         spec = self.spec(name)

@@ -31,7 +31,9 @@ from .messages.api_router import routes as messages_routes
 from .messages.error_shape import anthropic_body, is_messages_path
 from .native.api_router import routes as native_routes
 from .ollama.api_router import routes as ollama_routes
+from .ollama.blobs import PREFIX as OLLAMA_BLOBS
 from .ollama.error_shape import is_ollama_path, ollama_error
+from .ollama.saved_models import SavedModels
 from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
@@ -122,7 +124,9 @@ def create_app(
         middleware.append(Middleware(HostGuard, allowed=allowed_hosts or []))
     middleware += [
         Middleware(DrainGate, drain=drain),
-        Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20)),
+        # Uploaded model files stream to disk, bounded by its free space (ollama/blobs).
+        Middleware(BodyLimit, max_bytes=int(max_body_mb * 2**20),
+                   exempt_prefixes=(OLLAMA_BLOBS,)),
     ]
     if keyed:
         # The chat page's files need no key: the page asks for it.
@@ -151,6 +155,11 @@ def create_app(
     app.state.drain = drain
     app.state.store = store
     app.state.make_spec = make_spec
+    app.state.ollama_saved = None
+    if store is not None and make_spec is not None:
+        # Models made by Ollama's /api/create and /api/copy serve again.
+        app.state.ollama_saved = SavedModels(store, make_spec)
+        app.state.ollama_saved.restore(pool)
     app.state.admission = admission
     app.state.ready = False
     app.state.slots_enabled = slots

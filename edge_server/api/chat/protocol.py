@@ -181,7 +181,8 @@ class ChatCompletionRequest(SamplingRequest):
     enable_thinking: bool | None = True
     prediction: Prediction | None = None
     # OpenAI's reasoning models' knob: "none" is enable_thinking false, any other effort
-    # true (there is no budget of thinking tokens); enable_thinking, where sent, wins.
+    # true (there is no budget of thinking tokens); enable_thinking, where sent, wins. The
+    # effort also reaches the template as `reasoning_effort` (gpt-oss's templates read it).
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     # OpenAI's fields for what this server does not do: accepted at the values that ask
     # for nothing, refused by name otherwise (chat/serving.py).
@@ -199,8 +200,13 @@ class ChatCompletionRequest(SamplingRequest):
 
     @model_validator(mode="after")
     def _reasoning_effort(self) -> ChatCompletionRequest:
-        if self.reasoning_effort is not None and "enable_thinking" not in self.model_fields_set:
+        if self.reasoning_effort is None:
+            return self
+        if "enable_thinking" not in self.model_fields_set:
             self.enable_thinking = self.reasoning_effort != "none"
+        # A chat_template_kwargs value of the caller's own wins.
+        self.chat_template_kwargs = {"reasoning_effort": self.reasoning_effort,
+                                     **(self.chat_template_kwargs or {})}
         return self
 
     @model_validator(mode="after")

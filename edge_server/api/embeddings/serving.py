@@ -53,10 +53,10 @@ def _check_fields(req: EmbeddingRequest, plan: EmbeddingPlan) -> None:
 
 
 def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan,
-               truncate: bool) -> PreparedEmbedding:
+               truncate: bool, max_tokens: int | None) -> PreparedEmbedding:
     items: Sequence[str | list[int]] = req.inputs
     single = req.single
-    limit = plan.n_ctx
+    limit = plan.n_ctx if max_tokens is None else min(plan.n_ctx, max_tokens)
     inputs: list[list[int]] = []
     total = 0
     for i, item in enumerate(items):
@@ -94,16 +94,17 @@ def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan,
     return PreparedEmbedding(inputs, total)
 
 
-def prepare(req: EmbeddingRequest, engine: Engine, truncate: bool = False
-            ) -> tuple[PreparedEmbedding, EmbeddingJob]:
+def prepare(req: EmbeddingRequest, engine: Engine, truncate: bool = False,
+            max_tokens: int | None = None) -> tuple[PreparedEmbedding, EmbeddingJob]:
     """Checks, tokenizes and queues the inputs. CPU-bound (the tokenizer; the embedding
     context is created by the model's first request), so it runs off the event loop.
     `truncate`: inputs longer than the embedding context are cut to it (Ollama's
-    default), rather than refused."""
+    default), rather than refused. `max_tokens`: a tighter bound per input than the
+    embedding context (Ollama's `num_ctx`)."""
     try:
         plan = engine.embedding_plan()
         _check_fields(req, plan)
-        prepared = _tokenized(req, engine, plan, truncate)
+        prepared = _tokenized(req, engine, plan, truncate, max_tokens)
         job = engine.embedder().submit(prepared.inputs)
     except EmbeddingsUnsupported as exc:
         raise APIError(400, str(exc), param="model", code=exc.code) from exc
@@ -143,10 +144,10 @@ class EmbeddingsServing:
         return Response(body, media_type="application/json")
 
 
-async def embed(req: EmbeddingRequest, engine: Engine, http: Request, *, truncate: bool = False
-                ) -> tuple[PreparedEmbedding, list[np.ndarray]]:
+async def embed(req: EmbeddingRequest, engine: Engine, http: Request, *, truncate: bool = False,
+                max_tokens: int | None = None) -> tuple[PreparedEmbedding, list[np.ndarray]]:
     """The inputs' vectors, in order; the work is dropped if the client leaves."""
-    prepared, job = await off_loop(prepare, req, engine, truncate)
+    prepared, job = await off_loop(prepare, req, engine, truncate, max_tokens)
     result = asyncio.wrap_future(job.future)
     watcher = asyncio.create_task(_disconnected(http))
     try:

@@ -32,12 +32,16 @@ class BodyLimit:
     """ASGI middleware: a declared Content-Length over the cap is refused before the body
     is read; a chunked body is counted as it arrives and refused once it passes the cap."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, exempt_prefixes: tuple[str, ...] = ()
+                 ) -> None:
+        """`exempt_prefixes`: paths whose routes bound their bodies themselves."""
         self.app = app
         self.max_bytes = max_bytes
+        self.exempt_prefixes = exempt_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (
+                self.exempt_prefixes and scope.get("path", "").startswith(self.exempt_prefixes)):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")

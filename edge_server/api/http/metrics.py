@@ -162,7 +162,8 @@ class RequestCounter:
         path = scope.get("path", "")
         # Unknown paths share one label, so clients cannot blow up the label set.
         endpoint = (path if path in _KNOWN_PATHS
-                    else "/v1/models/{model}" if path.startswith("/v1/models/") else "other")
+                    else "/v1/models/{model}" if path.startswith("/v1/models/")
+                    else "/api/blobs/{digest}" if path.startswith("/api/blobs/") else "other")
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":

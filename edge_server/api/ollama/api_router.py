@@ -12,11 +12,13 @@ from starlette.routing import Route
 from ...engine import Engine
 from ..http.auth import require_admin
 from ..http.dependencies import acquire, parse_body, pool, serve_with_model
-from . import models, names
+from . import blobs, models, names, profiles
+from .create import create
 from .embed import EmbedServing
 from .options import keep_alive_seconds
 from .protocol import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from .pull import pull
+from .saved_models import Profile, SavedModels
 from .serving import OllamaServing
 from .streaming import Clock, created_at
 
@@ -71,31 +73,54 @@ async def _load_or_unload(request: Request, model: str, keep_alive: float | str 
     return JSONResponse({**body, "done": True, "done_reason": reason})
 
 
+def _profile(request: Request, model: str) -> Profile | None:
+    """What the Modelfile of a model made by /api/create adds (None: nothing)."""
+    saved: SavedModels | None = getattr(request.app.state, "ollama_saved", None)
+    if saved is None or not saved.models:
+        return None
+    return saved.profile(names.pool_name(pool(request), model))
+
+
 async def chat(request: Request) -> Response:
     body = await parse_body(request, ChatRequest)
     if not body.messages:
         return await _load_or_unload(request, body.model, body.keep_alive, chat=True)
+    profile = _profile(request, body.model)
+    template = None
+    if profile is not None:
+        body, template = profiles.chat(body, profile), profile.template
     return await _with_model(request, body.model, body.keep_alive,
-                             lambda engine, clock: _serving.chat(body, engine, request, clock))
+                             lambda engine, clock: _serving.chat(body, engine, request, clock,
+                                                                 template))
 
 
 async def generate(request: Request) -> Response:
     body = await parse_body(request, GenerateRequest)
     if not body.prompt and not body.images and body.suffix is None:
         return await _load_or_unload(request, body.model, body.keep_alive, chat=False)
+    profile = _profile(request, body.model)
+    template = None
+    if profile is not None:
+        body, template = profiles.generate(body, profile), profile.template
     return await _with_model(request, body.model, body.keep_alive,
                              lambda engine, clock: _serving.generate(body, engine, request,
-                                                                     clock))
+                                                                     clock, template))
 
 
 async def embed(request: Request) -> Response:
     body = await parse_body(request, EmbedRequest)
+    profile = _profile(request, body.model)
+    if profile is not None:
+        body.options = {**profile.parameters, **(body.options or {})}
     return await _with_model(request, body.model, body.keep_alive,
                              lambda engine, clock: _embedding.embed(body, engine, request, clock))
 
 
 async def embeddings(request: Request) -> Response:
     body = await parse_body(request, EmbeddingsRequest)
+    profile = _profile(request, body.model)
+    if profile is not None:
+        body.options = {**profile.parameters, **(body.options or {})}
     return await _with_model(request, body.model, body.keep_alive,
                              lambda engine, _: _embedding.embeddings(body, engine, request))
 
@@ -112,6 +137,7 @@ routes = [
     Route("/api/pull", pull, methods=["POST"]),
     Route("/api/copy", models.copy, methods=["POST"]),
     Route("/api/delete", models.delete, methods=["DELETE"]),
-    Route("/api/create", models.refuse_create, methods=["POST"]),
+    Route("/api/create", create, methods=["POST"]),
+    *blobs.routes,
     Route("/api/push", models.refuse_push, methods=["POST"]),
 ]

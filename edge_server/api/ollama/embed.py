@@ -1,9 +1,9 @@
 """POST /api/embed and the legacy /api/embeddings, over the embeddings door: the same
-tokenizing, checks, batching and pooling; vectors are L2-normalized, as Ollama's are."""
+tokenizing, checks, batching and pooling; vectors are L2-normalized, as Ollama's are.
+`options` are checked as generation's are; `num_ctx` bounds each input's tokens (cut to
+it, or refused when `truncate` is false), the sampling ones mean nothing here."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -12,16 +12,10 @@ from starlette.responses import JSONResponse, Response
 from ...engine import Engine
 from ..embeddings.protocol import EmbeddingRequest
 from ..embeddings.serving import embed
-from ..http.errors import APIError, from_validation_error, invalid
+from ..http.errors import APIError, from_validation_error
+from . import options as opts
 from .protocol import EmbeddingsRequest, EmbedRequest
 from .streaming import Clock
-
-
-def check_options(options: dict[str, Any] | None) -> None:
-    """Sampling options mean nothing to an embedding: refused by name, not ignored."""
-    for name, value in (options or {}).items():
-        if value is not None:
-            raise invalid(f"options.{name}", f"`options.{name}` does not apply to embeddings")
 
 
 def _request(model: str, inputs: str | list[str], dimensions: int | None) -> EmbeddingRequest:
@@ -35,24 +29,25 @@ def _request(model: str, inputs: str | list[str], dimensions: int | None) -> Emb
 class EmbedServing:
     async def embed(self, req: EmbedRequest, engine: Engine, http: Request,
                     clock: Clock) -> Response:
-        check_options(req.options)
+        num_ctx = opts.check(req.options)
         if req.input == [] or req.input == "":
             return JSONResponse({"model": req.model, "embeddings": []})
         clock.mark_submitted()
         prepared, vectors = await embed(_request(req.model, req.input, req.dimensions),
-                                        engine, http, truncate=req.truncate is not False)
+                                        engine, http, truncate=req.truncate is not False,
+                                        max_tokens=num_ctx)
         durations = clock.durations_embedding(prepared.tokens)
         return JSONResponse({"model": req.model,
                              "embeddings": [v.tolist() for v in vectors], **durations})
 
     async def embeddings(self, req: EmbeddingsRequest, engine: Engine, http: Request
                          ) -> Response:
-        check_options(req.options)
+        num_ctx = opts.check(req.options)
         if not req.prompt:
             return JSONResponse({"embedding": []})  # as Ollama answers an empty prompt
         try:
             _, vectors = await embed(_request(req.model, req.prompt, None), engine, http,
-                                     truncate=True)
+                                     truncate=True, max_tokens=num_ctx)
         except APIError as exc:
             if exc.param == "input":
                 exc.param = "prompt"

@@ -1,16 +1,17 @@
 """Ollama's model management on the pool and the models directory: /api/tags, /api/show,
-/api/ps, /api/version, /api/copy, /api/delete; /api/create and /api/push are refused.
+/api/ps, /api/version, /api/copy, /api/delete; /api/push is refused.
 
-Names made by /api/copy live as long as the process (the registry file is the operator's
-and is never written); a copy never repoints a name that is taken (409), and there are at
-most MAX_RUNTIME_NAMES of them. /api/delete removes a copied name, or the file of a model
-pulled into the models directory; the default model, the embedded one and the files the
-registry names by path are the operator's and are not deleted. Copy and delete need an
-admin key where keys are set (require_admin).
+Names made by /api/copy are saved with the models /api/create makes (saved_models), and
+serve again after a restart; a copy never repoints a name that is taken (409), and their
+number and length are bounded. /api/delete removes such a name or model, or the file of a
+model pulled into the models directory; the default model, the embedded one and files the
+registry points at are the operator's and are not deleted. Copy, create, blob uploads and
+delete need an admin key where keys are set (require_admin).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,9 +28,11 @@ from ..http.dependencies import parse_body, pool
 from ..http.errors import APIError
 from ..http.io_threads import run_io
 from . import names
+from .create import forget, made_from
 from .gguf_info import FACTS
 from .options import DEFAULTS
 from .protocol import CopyRequest, ModelRequest
+from .saved_models import Profile, SavedModel, SavedModels, check_new_name
 
 # The Ollama release whose API this server speaks: clients check it for features.
 OLLAMA_VERSION = "0.12.6"
@@ -74,9 +77,26 @@ async def version(_: Request) -> Response:
     return JSONResponse({"version": OLLAMA_VERSION})
 
 
-def _parameters() -> str:
-    """The options a request that gives none samples with (Ollama's defaults)."""
-    return "\n".join(f"{key:<30} {value}" for key, value in DEFAULTS.items())
+def _parameters(profile: Profile | None) -> str:
+    """The options a request that gives none samples with: Ollama's defaults, under the
+    model's PARAMETER lines."""
+    values = {**DEFAULTS, **(profile.parameters if profile else {})}
+    return "\n".join(f"{key:<30} {json.dumps(one) if isinstance(one, str) else one}"
+                     for key, value in values.items()
+                     for one in (value if isinstance(value, list) else [value]))
+
+
+def _modelfile(spec: ModelSpec, profile: Profile | None) -> str:
+    lines = ["# Served by edge_server", f"FROM {spec.id}"]
+    if profile is not None:
+        if profile.template is not None:
+            lines.append(f'TEMPLATE """{profile.template}"""')
+        if profile.system is not None:
+            lines.append(f'SYSTEM """{profile.system}"""')
+        for key, value in profile.parameters.items():
+            for one in value if isinstance(value, list) else [value]:
+                lines.append(f"PARAMETER {key} {json.dumps(one)}")
+    return "\n".join(lines) + "\n"
 
 
 def _capabilities(models: ModelPool, spec: ModelSpec, template: str) -> list[str]:
@@ -88,15 +108,18 @@ def _capabilities(models: ModelPool, spec: ModelSpec, template: str) -> list[str
     return capabilities
 
 
-def _show(models: ModelPool, spec: ModelSpec, verbose: bool) -> dict[str, Any]:
+def _show(models: ModelPool, spec: ModelSpec, verbose: bool,
+          profile: Profile | None) -> dict[str, Any]:
     if spec.path is None or not spec.path.is_file():
         raise names.not_found(spec.id)
     info = FACTS.info(spec.path)
     template = spec.settings.chat_template or info.chat_template or ""
+    extra = {"system": profile.system} if profile and profile.system is not None else {}
     return {
-        "modelfile": f"# Served by edge_server\nFROM {spec.id}\n",
-        "parameters": _parameters(),
-        "template": template,
+        "modelfile": _modelfile(spec, profile),
+        "parameters": _parameters(profile),
+        "template": profile.template if profile and profile.template is not None else template,
+        **extra,
         "license": str(info.model_info.get("general.license", "")),
         "details": info.details,
         "model_info": FACTS.show_info(spec.path, verbose),
@@ -108,8 +131,11 @@ def _show(models: ModelPool, spec: ModelSpec, verbose: bool) -> dict[str, Any]:
 async def show(request: Request) -> Response:
     body = await parse_body(request, ModelRequest)
     models = pool(request)
-    spec = names.spec_of(models, body.model)
-    return JSONResponse(await run_io(_show, models, spec, bool(body.verbose)))
+    name = names.pool_name(models, body.model)
+    saved = _saved(request)
+    profile = saved.profile(name) if saved is not None else None
+    return JSONResponse(await run_io(_show, models, models.spec(name), bool(body.verbose),
+                                     profile))
 
 
 def _running(models: ModelPool) -> dict[str, Any]:
@@ -133,18 +159,27 @@ async def running(request: Request) -> Response:
     return JSONResponse(await run_io(_running, pool(request)))
 
 
+def _saved(request: Request) -> SavedModels | None:
+    return getattr(request.app.state, "ollama_saved", None)
+
+
 async def copy(request: Request) -> Response:
     require_admin(request, "copying a model")
     body = await parse_body(request, CopyRequest)
     models = pool(request)
     source = names.pool_name(models, body.source)
     destination = body.destination.removesuffix(names.LATEST)
+    saved = _saved(request)
     try:
-        models.add_name(source, destination)
+        if saved is None:  # no models directory: the name lasts as long as the process
+            models.add_name(source, destination)
+        else:
+            check_new_name(destination, len(saved.models))
+            saved.add(models, SavedModel(destination, *made_from(saved, models, source)))
     except TooManyNames as exc:
         raise APIError(409, str(exc), param="destination", code="too_many_names") from exc
     except ValueError as exc:
-        raise APIError(409, f"destination \"{body.destination}\" already names a model: "
+        raise APIError(409, f"destination \"{body.destination[:256]}\" already names a model: "
                        "a copy does not repoint a name", param="destination",
                        code="name_taken") from exc
     return Response(status_code=200)
@@ -169,6 +204,13 @@ async def delete(request: Request) -> Response:
     require_admin(request, "deleting a model")
     body = await parse_body(request, ModelRequest)
     models = pool(request)
+    saved = _saved(request)
+    # A saved model is deleted by its name even when it could not be served.
+    made = next((n for n in (body.model, body.model.removesuffix(names.LATEST))
+                 if saved is not None and n in saved.models), None)
+    if saved is not None and made is not None:
+        await forget(saved, models, made)
+        return Response(status_code=200)
     name = names.pool_name(models, body.model)
     if name in models.runtime_names:
         models.remove_name(name)
@@ -186,11 +228,6 @@ async def delete(request: Request) -> Response:
     path.unlink(missing_ok=True)
     models.set_file(spec.id, None, f"model `{spec.id}` was deleted; pull it again")
     return Response(status_code=200)
-
-
-async def refuse_create(request: Request) -> Response:
-    raise APIError(400, "creating models is not supported by this server: add the GGUF file "
-                   "to the model registry instead", code="unsupported_endpoint")
 
 
 async def refuse_push(request: Request) -> Response:

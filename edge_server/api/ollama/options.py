@@ -1,8 +1,11 @@
 """Ollama's `options` onto the same samplers the OpenAI doors use, and `keep_alive`.
 
-Each option is honoured or refused with a 400 naming it (`options.tfs_z`). Options the
-server sets at start (threads, GPU layers, batch size, memory mapping) are refused rather
-than ignored: one request cannot change them for the others sharing the model.
+Every option some Ollama release accepts is accepted here and type-checked (a 400 naming
+it, `options.top_p`, when its value is wrong); only a name no Ollama release knows is
+refused. The sampling options and `num_ctx` / `num_predict` are applied; the ones about
+Ollama's own runner (threads, batch, GPU layers, memory mapping, draft length) are set
+once per server here, so one request's value cannot change them for the others sharing
+the model: they are ignored, as are the ones llama.cpp dropped (IGNORED says why).
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
-from ..http.errors import from_validation_error, invalid, unsupported
+from ..http.errors import from_validation_error, invalid
 from ..http.limits import INT32_MAX, check_stops
 
 MAX_STOPS = 16
@@ -23,16 +26,52 @@ MAX_STOPS = 16
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "repeat_penalty": 1.1,
             "repeat_last_n": 64}
 
-_SET_AT_START = {
-    "numa": "--threads", "num_batch": "the server", "num_gpu": "--n-gpu-layers",
-    "main_gpu": "the server", "low_vram": "the server", "f16_kv": "the server",
-    "logits_all": "the server", "vocab_only": "the server", "use_mmap": "the server",
-    "use_mlock": "the server", "embedding_only": "the server", "num_thread": "--threads",
+# Accepted, checked and ignored: why each has no per-request effect here.
+_PER_SERVER = "set once per server (%s), shared by every request on the model"
+IGNORED = {
+    "num_thread": _PER_SERVER % "--threads",
+    "num_batch": _PER_SERVER % "the engine's batch",
+    "num_gpu": _PER_SERVER % "--n-gpu-layers",
+    "main_gpu": _PER_SERVER % "the backend's device",
+    "use_mmap": _PER_SERVER % "the model's loader",
+    "use_mlock": _PER_SERVER % "the model's loader",
+    "numa": _PER_SERVER % "the backend",
+    "low_vram": _PER_SERVER % "the backend",
+    "f16_kv": _PER_SERVER % "--cache-type-k/-v",
+    "logits_all": "logits are kept as each request needs them",
+    "vocab_only": "a served model always has its weights",
+    "embedding_only": "the embedding context is made when first needed",
+    "rope_frequency_base": "read from the model's file",
+    "rope_frequency_scale": "read from the model's file",
+    "num_gqa": "read from the model's file",
+    "draft_num_predict": _PER_SERVER % "--draft-max",
+    "tfs_z": "tail-free sampling was removed from llama.cpp (and from Ollama)",
+    "penalize_newline": "newlines are penalized as any token (Ollama dropped it too)",
 }
-_REMOVED = {
-    "tfs_z": "tail-free sampling was removed from llama.cpp",
-    "penalize_newline": "newlines are penalized as any token here (Ollama dropped it too)",
-}
+
+
+class _Ignored(BaseModel):
+    """The types Ollama reads the ignored options with: a wrong type is still a 400."""
+
+    model_config = ConfigDict(extra="ignore")
+    num_thread: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    num_batch: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    num_gpu: int | None = Field(default=None, ge=-1, le=INT32_MAX)
+    main_gpu: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    num_gqa: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    draft_num_predict: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    use_mmap: StrictBool | None = None
+    use_mlock: StrictBool | None = None
+    numa: StrictBool | None = None
+    low_vram: StrictBool | None = None
+    f16_kv: StrictBool | None = None
+    logits_all: StrictBool | None = None
+    vocab_only: StrictBool | None = None
+    embedding_only: StrictBool | None = None
+    penalize_newline: StrictBool | None = None
+    rope_frequency_base: float | None = Field(default=None, ge=0.0)
+    rope_frequency_scale: float | None = Field(default=None, ge=0.0)
+    tfs_z: float | None = Field(default=None, ge=0.0)
 
 
 class _Options(BaseModel):
@@ -79,24 +118,35 @@ class Sampling:
     stop: list[str] = field(default_factory=list)
 
 
-def _checked(options: dict[str, Any]) -> _Options:
-    given = {k: v for k, v in options.items() if v is not None}
-    for name in given:
-        if name in _SET_AT_START:
-            raise unsupported(f"options.{name}", f"is set when the server starts "
-                              f"({_SET_AT_START[name]}), not per request")
-        if name in _REMOVED:
-            raise unsupported(f"options.{name}", f"is not supported: {_REMOVED[name]}")
-        if name not in _Options.model_fields:
-            raise invalid(f"options.{name}", f"`options.{name}` is not an option this "
-                          "server knows", "unknown_parameter")
+def _validated(model: type[BaseModel], given: dict[str, Any]) -> Any:
     try:
-        return _Options.model_validate(given)
+        return model.model_validate(given)
     except ValidationError as exc:
         error = from_validation_error(exc)
         error.param = f"options.{error.param}"
         error.message = error.message.replace("`", "`options.", 1)
         raise error from exc
+
+
+def _checked(options: dict[str, Any]) -> _Options:
+    given = {k: v for k, v in options.items() if v is not None}
+    for name, value in given.items():
+        if name not in _Options.model_fields and name not in IGNORED:
+            raise invalid(f"options.{name}", f"`options.{name}` is not an option Ollama "
+                          "knows", "unknown_parameter")
+        if isinstance(value, str) and name != "stop":  # Ollama reads no option from text
+            raise invalid(f"options.{name}", f"`options.{name}` must be a number or a "
+                          "boolean, not a string")
+    _validated(_Ignored, {k: v for k, v in given.items() if k in IGNORED})
+    result: _Options = _validated(_Options, {k: v for k, v in given.items()
+                                             if k not in IGNORED})
+    return result
+
+
+def check(options: dict[str, Any] | None) -> int | None:
+    """Options of a request that samples nothing (embeddings): all checked, `num_ctx`
+    (the longest input, in tokens) returned, the rest meaningless there."""
+    return _checked(options or {}).num_ctx
 
 
 def sampling(options: dict[str, Any] | None) -> Sampling:

@@ -15,6 +15,7 @@ from ..http.limits import MAX_IMAGES, MAX_MESSAGES, MAX_OBJECT_KEYS, MAX_TOOL_CA
 
 _STRICT = ConfigDict(extra="forbid")
 MAX_EMBED_INPUTS = 2048  # as /v1/embeddings
+MAX_MODELFILE_CHARS = 262_144
 ModelName = Annotated[str, Field(min_length=1, max_length=512)]
 # A name /api/copy gives: listed by /v1/models and /api/tags, so kept short.
 CopiedName = Annotated[str, Field(min_length=1, max_length=200)]
@@ -22,8 +23,8 @@ CopiedName = Annotated[str, Field(min_length=1, max_length=200)]
 Format = Literal["", "json"] | dict[str, Any] | None
 # `keep_alive`: seconds, or a duration such as "5m" (options.keep_alive_seconds).
 KeepAlive = float | Annotated[str, Field(max_length=64)] | None
-# `think`: on or off; the levels (gpt-oss's) are read as on.
-Think = bool | Literal["low", "medium", "high"] | None
+# `think`: on or off, or a level (translate.THINK_EFFORT: chat's reasoning_effort).
+Think = bool | Literal["low", "medium", "high", "max"] | None
 Options = Annotated[dict[str, Any], Field(max_length=64)] | None
 Images = Annotated[list[str], Field(max_length=MAX_IMAGES)] | None
 
@@ -132,6 +133,36 @@ class CopyRequest(BaseModel):
     destination: CopiedName
 
 
+class CreateRequest(_NamedByModel):
+    """/api/create in both of Ollama's shapes: a Modelfile's text (`modelfile`, before
+    0.5), or its parts as fields (`from`, `files`, `template`, `system`, `parameters`).
+    The fields for what is not done here are read so as to be refused by name."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model: ModelName
+    stream: bool | None = True
+    modelfile: str | None = Field(default=None, max_length=MAX_MODELFILE_CHARS)
+    from_: str | None = Field(default=None, alias="from", max_length=1024)
+    files: Annotated[dict[str, str], Field(max_length=16)] | None = None
+    template: str | None = Field(default=None, max_length=65_536)
+    system: str | None = Field(default=None, max_length=65_536)
+    parameters: Options = None
+    # Refused when given (create.py names each).
+    path: Any = None
+    adapters: Any = None
+    quantize: Any = None
+    quantization: Any = None
+    messages: Any = None
+    license: Any = None
+    draft_quantize: Any = None
+    draft_files: Any = None
+    remote_host: Any = None
+    renderer: Any = None
+    parser: Any = None
+    requires: Any = None
+    info: Any = None
+
+
 class PullRequest(_NamedByModel):
     model: ModelName
     insecure: bool | None = None  # accepted: the hub is reached over HTTPS (or HF_ENDPOINT)
@@ -225,6 +256,7 @@ class ShowResponse(BaseModel):
     modelfile: str
     parameters: str
     template: str
+    system: str | None = None  # a created model's SYSTEM
     license: str
     details: ModelDetails
     model_info: dict[str, Any]

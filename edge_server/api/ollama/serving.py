@@ -30,6 +30,7 @@ from ..common.serving import (
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, invalid
 from . import options as opts
+from . import profiles
 from .protocol import ChatRequest, GenerateRequest
 from .streaming import Answer, Clock, line, ndjson_stream, with_error_line
 from .translate import Names, chat_request, generate_chat_request, response_format, text_prompt
@@ -57,8 +58,11 @@ def _finish(request: GenerationRequest, sampling: opts.Sampling, engine: Engine)
     request.max_tokens = room if wanted is None else min(wanted, room)
 
 
-def prepare_chat(req: ChatRequest, engine: Engine) -> Prepared:
-    """Checks, grammars, the rendered and tokenized prompt; CPU-bound, off the loop."""
+def prepare_chat(req: ChatRequest, engine: Engine, template: str | None = None) -> Prepared:
+    """Checks, grammars, the rendered and tokenized prompt; CPU-bound, off the loop.
+    `template`: a created model's TEMPLATE, which renders the prompt as text."""
+    if template is not None:
+        return prepare_generate(profiles.chat_as_text(req, template, engine), engine)
     names = Names()
     try:
         sampling = opts.sampling(req.options)
@@ -98,7 +102,10 @@ def _with_context(request: GenerationRequest, context: list[int], engine: Engine
     request.images = [ImageSpan(s.start + len(context), s.chunk) for s in request.images]
 
 
-def prepare_generate(req: GenerateRequest, engine: Engine) -> Prepared:
+def prepare_generate(req: GenerateRequest, engine: Engine,
+                     template: str | None = None) -> Prepared:
+    if template is not None and not req.raw and req.template is None and req.suffix is None:
+        req = profiles.generate_as_text(req, template, engine)
     names = Names(default="prompt")
     try:
         sampling = opts.sampling(req.options)
@@ -148,15 +155,15 @@ async def run(prepared: Prepared, answer: Answer, engine: Engine, http: Request,
 
 class OllamaServing:
     async def chat(self, req: ChatRequest, engine: Engine, http: Request,
-                   clock: Clock) -> Response:
-        prepared = await off_loop(prepare_chat, req, engine)
+                   clock: Clock, template: str | None = None) -> Response:
+        prepared = await off_loop(prepare_chat, req, engine, template)
         answer = Answer(chat=True, model=req.model, output=prepared.output,
                         vocab=engine.vocab, logprobs=bool(req.logprobs))
         return await run(prepared, answer, engine, http, clock, stream=req.stream is not False)
 
     async def generate(self, req: GenerateRequest, engine: Engine, http: Request,
-                       clock: Clock) -> Response:
-        prepared = await off_loop(prepare_generate, req, engine)
+                       clock: Clock, template: str | None = None) -> Response:
+        prepared = await off_loop(prepare_generate, req, engine, template)
         answer = Answer(chat=False, model=req.model, output=prepared.output,
                         vocab=engine.vocab, logprobs=bool(req.logprobs))
         return await run(prepared, answer, engine, http, clock, stream=req.stream is not False)

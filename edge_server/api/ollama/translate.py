@@ -120,13 +120,19 @@ def _messages(req: ChatRequest, names: Names) -> list[ChatMessage]:
     return out
 
 
-def _thinking(think: bool | str | None) -> dict[str, bool]:
-    """`think` absent: the template's own default, its text left in the content; on: the
-    reasoning comes back as `thinking`; off: the template is told not to think."""
+# `think` levels as OpenAI's reasoning_effort: Ollama's "max" is OpenAI's highest, xhigh.
+THINK_EFFORT = {"low": "low", "medium": "medium", "high": "high", "max": "xhigh"}
+
+
+def _thinking(think: bool | str | None) -> dict[str, Any]:
+    """`think` absent: the template's own default, its text left in the content; on (true
+    or a level): the reasoning comes back as `thinking`, a level reaching the template as
+    chat's reasoning_effort does; off: the template is told not to think."""
     if think is None:
         return {"enable_thinking": True, "separate_reasoning": False}
-    on = think is not False
-    return {"enable_thinking": on, "separate_reasoning": on}
+    if isinstance(think, str):
+        return {"reasoning_effort": THINK_EFFORT[think], "separate_reasoning": True}
+    return {"enable_thinking": think, "separate_reasoning": think}
 
 
 def _chat_request(fields: dict[str, Any]) -> ChatCompletionRequest:
@@ -175,11 +181,13 @@ _FIELDS = {".System": "system", ".Prompt": "prompt", ".Response": "response",
            ".Suffix": "suffix"}
 
 
-def _template_pieces(template: str, values: dict[str, str]) -> Iterator[str]:
+def _template_pieces(template: str, values: dict[str, str],
+                     until_response: bool = False) -> Iterator[str]:
     """Ollama's Go template, the subset prompt templates use: `{{ .System }}`,
     `{{ .Prompt }}`, `{{ .Response }}`, `{{ .Suffix }}`, `{{ if .X }}…{{ else }}…{{ end }}`
     and `{{-`/`-}}` trimming, written piece by piece. Anything else is a 400 naming
-    `template`."""
+    `template`. `until_response`: the text stops where the answer goes (the turn being
+    generated)."""
     shown: list[bool] = []  # per open `if`: whether its branch is being written
     at = 0
     trim_next = False
@@ -194,6 +202,8 @@ def _template_pieces(template: str, values: dict[str, str]) -> Iterator[str]:
         at, trim_next = match.end(), bool(match.group(3))
         action = match.group(2)
         words = action.split()
+        if action == ".Response" and until_response and all(shown):
+            return
         if action in _FIELDS:
             if all(shown):
                 yield values.get(_FIELDS[action], "")
@@ -212,12 +222,16 @@ def _template_pieces(template: str, values: dict[str, str]) -> Iterator[str]:
     yield tail.lstrip() if trim_next else tail
 
 
-def render_template(template: str, values: dict[str, str], engine: Engine) -> str:
+def render_template(template: str, values: dict[str, str], engine: Engine | None, *,
+                    until_response: bool = False) -> str:
     """The template written out, stopped (a 400 naming `template`) once it passes what
-    could fit the context: `{{.Prompt}}` repeated thousands of times must not write GBs."""
+    could fit the `engine`'s context: `{{.Prompt}}` repeated thousands of times must not
+    write GBs. Without an engine (checking a template with no values) it is not bounded."""
+    limit = None if engine is None else prompt_size_limit(engine)
     try:
-        return joined_within(_template_pieces(template, values), prompt_size_limit(engine))
+        return joined_within(_template_pieces(template, values, until_response), limit)
     except TemplateTooLong as exc:
+        assert engine is not None  # only a bounded render stops
         raise rendered_too_long("template", engine) from exc
 
 

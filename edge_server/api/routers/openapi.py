@@ -168,8 +168,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         ("DELETE", "/api/delete"): Operation("ollamaDelete", "Ollama: remove a copied name "
                                              "or a pulled model's file", ollama.ModelRequest,
                                              errors=(400, 403, 404, 409)),
-        ("POST", "/api/create"): Operation("ollamaCreate", "Ollama: refused (400)",
-                                           errors=(400,)),
+        ("POST", "/api/create"): Operation("ollamaCreate", "Ollama: a model made from a "
+                                           "served model or an uploaded GGUF, with a "
+                                           "Modelfile's system prompt, template and options",
+                                           ollama.CreateRequest, ollama.ProgressResponse,
+                                           streams=True, errors=(400, 404, 409)),
+        ("POST", "/api/blobs/{digest}"): Operation(
+            "ollamaCreateBlob", "Ollama: upload a GGUF file (the body as is) under its "
+            "SHA-256 digest; HEAD says whether it is here", errors=(400, 413)),
         ("POST", "/api/push"): Operation("ollamaPush", "Ollama: refused (400)", errors=(400,)),
     }.items()},
     ("GET", "/health"): Operation(
