@@ -43,8 +43,9 @@ class Served:
         self.server = self.start()
 
     def start(self) -> RunningServer:
-        return start_server(self.tmp, "--admin-api-key", KEY, "--api-key", USER_KEY, "--ctx-size", "2048", "--parallel",
-                            "2", name="ollama-create", env=self.env)
+        return start_server(self.tmp, "--admin-api-key", KEY, "--api-key", USER_KEY,
+                            "--ctx-size", "2048", "--parallel", "2", name="ollama-create",
+                            env=self.env)
 
     def restart(self) -> None:
         stop_server(self.server)
