@@ -8,13 +8,14 @@ refusals of every other kind of work by name."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import RunningServer, start_server, stop_server, write_test_reranker
+from conftest import ROOT, RunningServer, start_server, stop_server, write_test_reranker
 
 from edge_server.api.rerank.protocol import MAX_RERANK_DOCUMENTS, RerankResponse
 
@@ -232,3 +233,42 @@ def test_a_model_that_is_no_reranker_is_refused(http: httpx.Client) -> None:
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == "model" and "not a reranker" in error["message"]
+
+
+def write_causal_reranker(path: Path, **kwargs: Any) -> Path:
+    spec = importlib.util.spec_from_file_location(
+        "make_test_fim_model", ROOT / "scripts" / "make_test_fim_model.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.write_model(path, rank_pooling=True, **kwargs)  # type: ignore[no-any-return]
+
+
+def test_causal_reranker_needs_its_rerank_template(tmp_path: Path) -> None:
+    """A causal reranker (Qwen3-Reranker style) scores the answer to a yes/no prompt: it
+    is served with its GGUF's rerank template and refused by name without one."""
+    template = "<s>Query: {query}\nDocument: {document}\nRelevant:"
+    for name, kwargs in (("bare", {}), ("templated", {"rerank_template": template})):
+        model = write_causal_reranker(tmp_path / f"{name}.gguf", **kwargs)
+        server = start_server(tmp_path, "--model", str(model), "--parallel", "1",
+                              "--ctx-size", "1024", name=name)
+        try:
+            with httpx.Client(base_url=server.base_url, timeout=60) as c:
+                if name == "bare":
+                    r = c.post("/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS})
+                    assert r.status_code == 400, r.text
+                    error = r.json()["error"]
+                    assert error["param"] == "model"
+                    assert "rerank template" in error["message"]
+                else:
+                    answer = rerank(c)
+                    got = [r["relevance_score"] for r in answer["results"]]
+                    assert got == sorted(got, reverse=True)
+                    alone = rerank(c, documents=DOCUMENTS[:1])
+                    assert_close(alone["results"][0]["relevance_score"],
+                                 scores_by_index(answer)[0])
+                r = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+                assert r.status_code == 400 and "reranker" in r.text
+        finally:
+            stop_server(server)
+        assert "Traceback" not in server.log_text()
