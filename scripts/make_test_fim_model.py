@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter
+from gguf import GGUFWriter, PoolingType
 
 # Token types of llama.cpp's vocabulary (llama_token_type).
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
@@ -45,7 +45,10 @@ def vocabulary() -> tuple[list[str], list[int]]:
     return tokens, types
 
 
-def write_model(out: Path, *, layers: int = 2, width: int = 128, seed: int = 0) -> Path:
+def write_model(out: Path, *, layers: int = 2, width: int = 128, seed: int = 0,
+                rank_pooling: bool = False, rerank_template: str | None = None) -> Path:
+    """`rank_pooling`, `rerank_template`: declare it a causal reranker (as Qwen3-Reranker
+    is), with or without llama-server's rerank prompt."""
     rng = np.random.default_rng(seed)
     tokens, types = vocabulary()
     n_vocab, n_ff = len(tokens), 2 * width
@@ -70,6 +73,10 @@ def write_model(out: Path, *, layers: int = 2, width: int = 128, seed: int = 0) 
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_bool("tokenizer.ggml.add_space_prefix", False)
+    if rank_pooling:
+        writer.add_pooling_type(PoolingType.RANK)
+    if rerank_template is not None:
+        writer.add_string("tokenizer.chat_template.rerank", rerank_template)
     for name, text in FIM_TOKENS.items():
         writer.add_uint32(f"tokenizer.ggml.{name}_token_id", tokens.index(text))
 

@@ -198,6 +198,18 @@ def write_test_projector(path: Path, **kwargs: object) -> Path:
     return script.write_projector(path, **kwargs)  # type: ignore[no-any-return]
 
 
+def write_test_reranker(path: Path, **kwargs: object) -> Path:
+    """The tiny random BERT reranker of scripts/make_test_reranker.py (test-only)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_test_reranker", ROOT / "scripts" / "make_test_reranker.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.write_reranker(path, **kwargs)  # type: ignore[no-any-return]
+
+
 def agree_up_to_near_ties(a: dict, b: dict) -> None:
     """Greedy tokens match until a split that the first run saw as a near tie (llama.cpp's
     numerics depend on how a sequence's KV was computed: batch shapes, copies)."""

@@ -4,6 +4,7 @@ Endpoints first, one package each, as vLLM's entrypoints (api_router / protocol 
     chat/         POST /v1/chat/completions
     completions/  POST /v1/completions
     embeddings/   POST /v1/embeddings
+    rerank/       POST /v1/rerank (llama-server's; Jina's, Cohere's and TEI's shapes)
     infill/       POST /infill (llama-server's code infill)
     messages/     POST /v1/messages (Anthropic), over chat
     responses/    POST /v1/responses (OpenAI Responses), over chat

@@ -34,6 +34,7 @@ from .ollama.api_router import routes as ollama_routes
 from .ollama.blobs import PREFIX as OLLAMA_BLOBS
 from .ollama.error_shape import is_ollama_path, ollama_error
 from .ollama.saved_models import SavedModels
+from .rerank.api_router import routes as rerank_routes
 from .responses.api_router import routes as response_routes
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
@@ -140,7 +141,8 @@ def create_app(
     metrics.watch_pool(pool)
     metrics.watch_drain(drain)
     metrics.watch_admission(admission)
-    openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *model_routes]
+    openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *rerank_routes,
+                     *model_routes]
     app = Starlette(
         routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
                 *native_routes, *tokenize_routes, *props_routes, *slot_routes, *messages_routes,

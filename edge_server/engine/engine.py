@@ -15,7 +15,15 @@ from .backend import rpc_guard
 from .backend.llama_model import ContextSettings, LlamaModel, ModelLoadError, Vocab
 from .backend.step_cost import cost_file
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
-from .embeddings.embedder import Embedder, EmbeddingPlan, EmbeddingSettings, plan_embeddings
+from .embeddings.embedder import (
+    Embedder,
+    EmbeddingPlan,
+    EmbeddingSettings,
+    is_reranker,
+    plan_embeddings,
+    plan_reranking,
+)
+from .embeddings.rerank import PairLayout
 from .errors import EngineError
 from .kv.prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
 from .multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
@@ -94,6 +102,9 @@ class Engine:
 
     def _set_up(self, settings: EngineSettings) -> None:
         self.vocab = self.model.vocab
+        # A reranker's weights only score pairs (its pooled output); it generates nothing.
+        self.is_reranker = is_reranker(self.model)
+        self._pair_layout: PairLayout | None = None
         template = settings.chat_template or self.model.chat_template
         if template is None:
             log.warning("%s has no chat template; using ChatML", self.path.name)
@@ -257,6 +268,10 @@ class Engine:
         return prompt
 
     def submit(self, request: GenerationRequest) -> RequestHandle:
+        if self.is_reranker:
+            raise EngineError(f"{self.model_id} is a reranker (rank pooling); it does not "
+                              "generate text: use /v1/rerank", status=400,
+                              code="model_not_supported")
         if self.model.rpc and rpc_guard.failure():
             raise _rpc_error(rpc_guard.failure() or "")
         return self.scheduler.submit(request)
@@ -273,6 +288,19 @@ class Engine:
         cheap, and known before the context exists."""
         return plan_embeddings(self.model, self.settings.embeddings)
 
+    def rerank_plan(self) -> EmbeddingPlan:
+        """embedding_plan for a reranker (raises EmbeddingsUnsupported for other models,
+        and for rerankers whose pairs cannot be laid out)."""
+        plan = plan_reranking(self.model, self.settings.embeddings)
+        self.pair_layout()
+        return plan
+
+    def pair_layout(self) -> PairLayout:
+        """How this reranker reads a query-document pair."""
+        if self._pair_layout is None:
+            self._pair_layout = PairLayout(self.model)
+        return self._pair_layout
+
     def embedder(self) -> Embedder:
         """The embedding context and its worker, created on first use (blocking: call
         it off the event loop)."""
@@ -282,7 +310,8 @@ class Engine:
             if self._closed:
                 raise EngineError("the model is shutting down; retry shortly")
             if self._embedder is None:
-                self._embedder = Embedder(self.model, self.embedding_plan(),
+                plan = self.rerank_plan() if self.is_reranker else self.embedding_plan()
+                self._embedder = Embedder(self.model, plan,
                                           self.settings.embeddings.max_waiting)
             return self._embedder
 

@@ -8,12 +8,10 @@ requests together.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from starlette.requests import Request
@@ -21,7 +19,7 @@ from starlette.responses import Response
 
 from ...engine import Engine, EngineError
 from ...engine.embeddings.embedder import EmbeddingJob, EmbeddingPlan, EmbeddingsUnsupported
-from ...engine.errors import EngineCancelled
+from ..common.job_wait import await_job
 from ..common.serving import check_prompt_tokens
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, from_engine_error, invalid, unsupported
@@ -132,11 +130,6 @@ def _render(req: EmbeddingRequest, model_id: str, vectors: list[np.ndarray],
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-async def _disconnected(http: Request) -> None:
-    while (await http.receive())["type"] != "http.disconnect":
-        pass
-
-
 class EmbeddingsServing:
     async def create(self, req: EmbeddingRequest, engine: Engine, http: Request) -> Response:
         prepared, vectors = await embed(req, engine, http)
@@ -148,19 +141,4 @@ async def embed(req: EmbeddingRequest, engine: Engine, http: Request, *, truncat
                 max_tokens: int | None = None) -> tuple[PreparedEmbedding, list[np.ndarray]]:
     """The inputs' vectors, in order; the work is dropped if the client leaves."""
     prepared, job = await off_loop(prepare, req, engine, truncate, max_tokens)
-    result = asyncio.wrap_future(job.future)
-    watcher = asyncio.create_task(_disconnected(http))
-    try:
-        waiters: set[asyncio.Future[Any]] = {result, watcher}
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        if not result.done():  # the client left: drop what is not decoded yet
-            raise from_engine_error(EngineCancelled())
-        try:
-            vectors = result.result()
-        except EngineError as exc:
-            raise from_engine_error(exc) from exc
-    finally:
-        watcher.cancel()
-        job.future.cancel()  # no-op once done
-        result.cancel()
-    return prepared, vectors
+    return prepared, await await_job(job.future, http)

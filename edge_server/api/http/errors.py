@@ -93,8 +93,9 @@ def from_engine_error(exc: EngineError) -> APIError:
             headers={"Retry-After": str(exc.retry_after)},
         )
     kind = "invalid_request_error" if exc.status == 400 else "server_error"
-    # llama.cpp refusing a grammar: generated grammars always parse, so it was `grammar`.
-    param = "grammar" if exc.code == "invalid_grammar" else None
+    # llama.cpp refusing a grammar: generated grammars always parse, so it was `grammar`;
+    # a model refusing the kind of work asked of it (a reranker asked to generate).
+    param = {"invalid_grammar": "grammar", "model_not_supported": "model"}.get(exc.code)
     return APIError(exc.status, str(exc), type=kind, code=exc.code, param=param)
 
 

@@ -35,6 +35,7 @@ from ..messages.protocol import (
 )
 from ..native.protocol import NativeCompletionRequest, NativeResult
 from ..ollama import protocol as ollama
+from ..rerank.protocol import RerankRequest, RerankResponse
 from ..responses.protocol import ResponseObject, ResponsesRequest
 from .models import HealthResponse, ModelCard, ModelList
 from .props import PropsResponse
@@ -96,6 +97,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/v1/embeddings"): Operation(
         "createEmbedding", "L2-normalized embedding vectors of one or more inputs",
         EmbeddingRequest, EmbeddingResponse, errors=_MODEL_ERRORS),
+    **{("POST", path): Operation(
+        op_id, "Documents ranked by a reranker's relevance scores for a query, best first "
+        "(Jina's and Cohere's shape; TEI's with `texts`)" + note, RerankRequest,
+        RerankResponse, errors=_MODEL_ERRORS)
+       for path, op_id, note in (("/v1/rerank", "rerank", ""),
+                                 ("/v1/reranking", "rerankAlias", " (llama-server's alias)"))},
     ("GET", "/v1/models"): Operation(
         "listModels", "Models this server serves, the default model first",
         response=ModelList),

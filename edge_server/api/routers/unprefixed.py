@@ -12,6 +12,8 @@ UNPREFIXED_PATHS = (
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
+    "/v1/rerank",
+    "/v1/reranking",
     "/v1/models",
     "/v1/models/{model:path}",
 )

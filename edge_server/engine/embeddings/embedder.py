@@ -4,7 +4,9 @@ outputs, and one worker thread that packs the inputs of every waiting request in
 
 The context is created on the first embeddings request, so a model that only chats
 never pays for it. Pooling is what the GGUF file declares (mean, CLS or last token);
-a model that declares none (a causal chat model) is mean-pooled. Every batch is a single
+a model that declares none (a causal chat model) is mean-pooled. A reranker (rank
+pooling) gets the same context: its pooled output is the classifier's scores of each
+sequence (a query-document pair), not a vector. Every batch is a single
 ubatch with one KV stream: llama.cpp pools per ubatch, so a sequence split over two
 would be pooled over its last part only.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -49,7 +52,8 @@ class EmbeddingSettings:
 
 
 class EmbeddingsUnsupported(EngineError):
-    """The model cannot produce embeddings (a reranker, whose pooled output is a score)."""
+    """The model cannot serve the request's kind of pooled output: embeddings from a
+    reranker (whose pooled output is a score), scores from an embedding model."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, status=400, code="model_not_supported")
@@ -61,10 +65,11 @@ class EmbeddingPlan:
 
     n_ctx: int  # tokens per batch; the most one input may have
     n_seq_max: int
-    n_embd: int  # width of the vectors
+    n_embd: int  # width of the vectors (a reranker's: its classifier's outputs)
     pooling: int  # asked of llama.cpp: UNSPECIFIED takes the model's declared pooling
     pooling_name: str
     bytes: int  # estimated memory of the context at its largest
+    rank: bool = False  # a reranker: raw scores, not L2-normalized vectors
 
 
 def _declared_pooling(model: LlamaModel) -> int | None:
@@ -76,20 +81,41 @@ def _declared_pooling(model: LlamaModel) -> int | None:
         return None
 
 
+def is_reranker(model: LlamaModel) -> bool:
+    """The GGUF file declares rank pooling: a classifier scores each sequence."""
+    return _declared_pooling(model) == lc.LLAMA_POOLING_TYPE_RANK
+
+
 def plan_embeddings(model: LlamaModel, settings: EmbeddingSettings) -> EmbeddingPlan:
     declared = _declared_pooling(model)
     if declared == lc.LLAMA_POOLING_TYPE_RANK:
         raise EmbeddingsUnsupported(
-            "this model is a reranker (rank pooling); it does not produce embeddings")
+            "this model is a reranker (rank pooling); it does not produce embeddings: "
+            "use /v1/rerank")
     if declared in POOLING_NAMES:
         pooling, name = lc.LLAMA_POOLING_TYPE_UNSPECIFIED, POOLING_NAMES[declared]
     else:  # none declared (or "none"): a causal model, mean-pooled
         pooling, name = lc.LLAMA_POOLING_TYPE_MEAN, "mean"
+    return _plan(model, settings, pooling, name,
+                 n_out=int(lc.llama_model_n_embd_out(model.model)))
+
+
+def plan_reranking(model: LlamaModel, settings: EmbeddingSettings) -> EmbeddingPlan:
+    if not is_reranker(model):
+        raise EmbeddingsUnsupported(
+            "this model is not a reranker (its GGUF file declares no rank pooling)")
+    plan = _plan(model, settings, lc.LLAMA_POOLING_TYPE_UNSPECIFIED, "rank",
+                 n_out=max(1, int(lc.llama_model_n_cls_out(model.model))))
+    return dataclasses.replace(plan, rank=True)
+
+
+def _plan(model: LlamaModel, settings: EmbeddingSettings, pooling: int, name: str,
+          n_out: int) -> EmbeddingPlan:
     n_vocab = model.vocab.n_tokens
     by_budget = settings.output_budget_mb * _MiB // (8 * max(1, n_vocab))
     n_ctx = min(settings.max_ctx, model.n_ctx_train or settings.max_ctx,
                 max(512, by_budget // 256 * 256))
-    n_embd = int(lc.llama_model_n_embd_out(model.model))
+    n_embd = int(lc.llama_model_n_embd_out(model.model))  # of the hidden states
     n_layer = int(lc.llama_model_n_layer(model.model))
     n_head = max(1, int(lc.llama_model_n_head(model.model)))
     kv_width = int(lc.llama_model_n_embd(model.model)) // n_head * int(
@@ -100,7 +126,7 @@ def plan_embeddings(model: LlamaModel, settings: EmbeddingSettings) -> Embedding
     return EmbeddingPlan(
         n_ctx=n_ctx,
         n_seq_max=max(1, min(settings.n_seq_max, lc.llama_max_parallel_sequences())),
-        n_embd=n_embd,
+        n_embd=n_out,
         pooling=pooling,
         pooling_name=name,
         bytes=n_ctx * per_token + scores + 32 * _MiB,
@@ -160,7 +186,8 @@ class Embedder:
         # Its buffers as llama.cpp allocated them (the memory account). Its output buffer
         # grows later with the batches it sees, up to the plan's estimate.
         self.bytes = sum(buffers.values()) or plan.bytes
-        if lc.llama_pooling_type(ctx) not in POOLING_NAMES:
+        served = {lc.LLAMA_POOLING_TYPE_RANK} if plan.rank else POOLING_NAMES.keys()
+        if lc.llama_pooling_type(ctx) not in served:
             lc.llama_free(ctx)
             raise EmbeddingsUnsupported("this model's pooling gives no embedding vectors")
         self.ctx = ctx
@@ -304,6 +331,7 @@ class Embedder:
                 job._fail(EngineError("the model produced a non-finite embedding",
                                       status=500))
                 continue
-            # L2-normalized, as OpenAI's vectors are (a zero vector stays zero).
-            vector = raw / norm if norm > 0 else raw
+            # L2-normalized, as OpenAI's vectors are (a zero vector stays zero); a
+            # reranker's scores as its classifier gives them.
+            vector = raw / norm if norm > 0 and not self.plan.rank else raw
             job._store(index, vector.astype(np.float32))
