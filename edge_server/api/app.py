@@ -33,6 +33,7 @@ from .native.api_router import routes as native_routes
 from .ollama.api_router import routes as ollama_routes
 from .ollama.error_shape import is_ollama_path, ollama_error
 from .responses.api_router import routes as response_routes
+from .responses.store import ResponseStore
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
 from .routers.props import routes as props_routes
@@ -58,6 +59,7 @@ def create_app(
     make_spec: Callable[[RegistryEntry], ModelSpec] | None = None,
     allowed_hosts: list[str] | None = None,
     admitted_per_model: int | None = None,
+    responses: ResponseStore | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
@@ -67,7 +69,8 @@ def create_app(
     /api/delete manage the models directory. `allowed_hosts`: Host names served besides
     loopback ones when there are no API keys. `admitted_per_model`: generation requests
     (slots plus queue) admitted per loaded model before the rest get a 429 unread (None:
-    no such gate). `app.state.drain` starts draining."""
+    no such gate). `responses`: where the Responses API keeps responses (None: it is
+    stateless). `app.state.drain` starts draining."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -92,6 +95,8 @@ def create_app(
             with contextlib.suppress(BaseException):
                 await loading
             pool.close()
+            if responses is not None:
+                responses.close()
 
     # Outermost first: name the replica on every answer, count every answer, refuse web
     # origins not allowed (and answer preflights, and add CORS headers to every answer of
@@ -145,6 +150,7 @@ def create_app(
     app.state.store = store
     app.state.make_spec = make_spec
     app.state.admission = admission
+    app.state.responses = responses
     app.state.ready = False
     app.state.startup_error = None
     return app
