@@ -5,6 +5,7 @@ and the chat layer's output turned back into Responses output items."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ from .items import stored_input
 from .protocol import ResponsesRequest
 from .store import Continuation, ResponseStore, StoredResponse, StoreError
 from .streaming import EventWriter, OutputItems, with_error_event
+
+log = logging.getLogger(__name__)
 
 # Fields of the API this server does not serve: 400 naming them whenever they are set.
 _REFUSED = ("conversation", "prompt", "max_tool_calls", "top_logprobs", "context_management",
@@ -158,6 +161,9 @@ def _prepare(req: ResponsesRequest, engine: Engine, previous: StoredResponse | N
         prepared = prepare(to_chat(req, reads_images, messages), engine, continuing)
     except APIError as exc:
         raise _renamed(exc) from exc
+    if previous is not None:
+        log.debug("previous_response_id %s: %s", previous.id, "its tokens continued"
+                  if continuing.continued else "the conversation rendered whole")
     return _Turn(prepared, continuing, stored_input(req))
 
 
