@@ -6,7 +6,7 @@ Endpoints first, one package each, as vLLM's entrypoints (api_router / protocol 
     embeddings/   POST /v1/embeddings
     infill/       POST /infill (llama-server's code infill)
     messages/     POST /v1/messages (Anthropic), over chat
-    responses/    POST /v1/responses (OpenAI Responses), over chat
+    responses/    /v1/responses (OpenAI Responses, stored responses too), over chat
     ollama/       Ollama's native API (/api/*), over chat, completions and embeddings
     native/       POST /completion (llama-server's native completion), over completions
 Then what they share:
