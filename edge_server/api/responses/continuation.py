@@ -39,18 +39,19 @@ class Continuing:
     `key` is the digest a follow-up turn checks (None: no follow-up can continue this
     prompt's tokens) and `continued` says whether the previous tokens were reused."""
 
-    def __init__(self, engine: Engine, marked: list[ChatMessage],
+    def __init__(self, engine: Engine, marked: list[ChatMessage] | None,
                  previous: StoredResponse | None) -> None:
         self.engine = engine
-        self.marked = marked  # the conversation with stored outputs as markers
+        # The conversation with stored outputs as markers; None: nothing stored before.
+        self.marked = marked
         self.previous = previous
         self.key: str | None = None
         self.continued = False
 
     def __call__(self, messages: list[ChatMessage], render: PromptRender) -> ChatPrompt:
-        if _has_images(self.marked):  # image tokens are not kept: rendered whole
+        if _has_images(self.marked or messages):  # image tokens are not kept: rendered whole
             return chat_prompt(*render(messages), self.engine)
-        if self.marked is messages:  # nothing stored before: the conversation itself
+        if self.marked is None:  # nothing stored before: the conversation itself
             rendered, images = render(messages)
             self.key = prompt_key(rendered.text, rendered.literals)
             return chat_prompt(rendered, images, self.engine)

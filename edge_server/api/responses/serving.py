@@ -156,7 +156,7 @@ def _prepare(req: ResponsesRequest, engine: Engine, previous: StoredResponse | N
     turns = previous.turns if previous else []
     try:
         messages = chat_messages(req, turns, reads_images)
-        marked = chat_messages(req, turns, reads_images, marked=True) if turns else messages
+        marked = chat_messages(req, turns, reads_images, marked=True) if turns else None
         continuing = Continuing(engine, marked, previous)
         prepared = prepare(to_chat(req, reads_images, messages), engine, continuing)
     except APIError as exc:
