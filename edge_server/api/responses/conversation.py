@@ -83,7 +83,9 @@ def _append(out: list[ChatMessage], items: Sequence[BaseModel], name: Callable[[
             if kind == "item_reference":
                 raise unsupported(name(i), "(an item_reference) is not served: send the "
                                   "item, or previous_response_id")
-            if kind != "reasoning":  # reasoning is in a stored response's own tokens
+            # Reasoning is not replayed as text (templates drop it from history); a
+            # continued turn has it in the stored tokens (continuation.py).
+            if kind != "reasoning":
                 raise unsupported(f"{name(i)}.type", f"({kind!r}) is not served")
 
 
