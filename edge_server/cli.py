@@ -9,12 +9,16 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
 from .default_model import DEFAULT_ALIAS, DefaultModelMissing, default_model_path
 from .hub_download import run_showing_progress
 from .model_store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
+
+if TYPE_CHECKING:
+    from .api.responses.store import ResponseStore
 
 log = logging.getLogger("edge_server")
 
@@ -121,6 +125,19 @@ def _specs(opts: ServeOptions, store: ModelStore):
     return specs, default_id, spec
 
 
+def _response_store(opts: ServeOptions, models_dir: Path) -> ResponseStore | None:
+    """The Responses store in --state-dir (default: the models directory), or None where
+    its caps store nothing."""
+    from .api.responses.store import FILE_NAME, ResponseStore
+
+    if min(opts.response_store_count, opts.response_store_mb, opts.response_store_days) <= 0:
+        return None
+    return ResponseStore((opts.state_dir or models_dir) / FILE_NAME,
+                         max_count=opts.response_store_count,
+                         max_bytes=int(opts.response_store_mb * 2**20),
+                         max_age_s=max(opts.response_store_days, 0.0) * 86400)
+
+
 def _allowed_hosts(opts: ServeOptions) -> list[str]:
     """--allowed-hosts (items may be comma-separated), plus the address served on unless
     it is a wildcard."""
@@ -152,6 +169,7 @@ def serve(opts: ServeOptions) -> int:
     from .api.http.cors import check_origin
     from .api.http.metrics import Metrics
     from .api.http.replica import check_replica_name
+    from .api.responses.store import StoreError
     from .engine.backend import rpc_guard
     from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
     from .malloc_tuning import fix_mmap_threshold
@@ -178,6 +196,11 @@ def serve(opts: ServeOptions) -> int:
     if default_spec.path is None:
         print(f"edge-server: {default_spec.missing_reason}", file=sys.stderr)
         return 2
+    try:
+        responses = _response_store(opts, store.models_dir)
+    except StoreError as exc:
+        print(f"edge-server: {exc}", file=sys.stderr)
+        return 2
     metrics = Metrics()
     pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job,
@@ -188,7 +211,7 @@ def serve(opts: ServeOptions) -> int:
                      webui=not opts.no_webui, cors_origins=opts.cors_origins, store=store,
                      make_spec=make_spec, allowed_hosts=_allowed_hosts(opts),
                      admitted_per_model=max(opts.parallel, 1) + opts.max_queue,
-                     slots=opts.slots)
+                     slots=opts.slots, responses=responses)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout),
                             **tls)  # type: ignore[arg-type]

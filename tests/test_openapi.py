@@ -129,6 +129,9 @@ def test_unknown_route_echo_is_bounded(http) -> None:
     # The list of served routes grows with the server; the echoed path does not.
     short = http.post("/x", json={})
     assert len(_error(r)["message"]) - len(_error(short)["message"]) <= 200
+    # The path is echoed cut to 200 characters.
+    message = _error(r)["message"]
+    assert "/" + "x" * 199 + "…" in message and "x" * 200 not in message
 
 
 @pytest.mark.parametrize(("method", "path", "allowed"), [

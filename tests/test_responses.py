@@ -149,8 +149,6 @@ def test_stream_function_call_arguments(client: openai.OpenAI) -> None:
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
      "input[0].content[0]"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
-    ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
-    ({"input": "hi", "store": True}, "store"),
     ({"input": "hi", "conversation": "c"}, "conversation"),
     ({"input": "hi", "frobnicate": 1}, "frobnicate"),
     ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),

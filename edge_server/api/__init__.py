@@ -7,7 +7,7 @@ Endpoints first, one package each, as vLLM's entrypoints (api_router / protocol 
     rerank/       POST /v1/rerank (llama-server's; Jina's, Cohere's and TEI's shapes)
     infill/       POST /infill (llama-server's code infill)
     messages/     POST /v1/messages (Anthropic), over chat
-    responses/    POST /v1/responses (OpenAI Responses), over chat
+    responses/    /v1/responses (OpenAI Responses, stored responses too), over chat
     ollama/       Ollama's native API (/api/*), over chat, completions and embeddings
     native/       POST /completion (llama-server's native completion), over completions
 Then what they share:

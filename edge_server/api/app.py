@@ -36,6 +36,7 @@ from .ollama.error_shape import is_ollama_path, ollama_error
 from .ollama.saved_models import SavedModels
 from .rerank.api_router import routes as rerank_routes
 from .responses.api_router import routes as response_routes
+from .responses.store import ResponseStore
 from .routers.models import routes as model_routes
 from .routers.openapi import openapi_route
 from .routers.props import routes as props_routes
@@ -64,6 +65,7 @@ def create_app(
     allowed_hosts: list[str] | None = None,
     admitted_per_model: int | None = None,
     slots: bool = False,
+    responses: ResponseStore | None = None,
 ) -> Starlette:
     """`preload`: the model loaded at start; /health answers 200 once it serves.
     `max_body_mb`: larger request bodies get a 413. `replica_name`: sent in the
@@ -74,8 +76,8 @@ def create_app(
     /api/delete manage the models directory. `allowed_hosts`: Host names served besides
     loopback ones when there are no API keys. `admitted_per_model`: generation requests
     (slots plus queue) admitted per loaded model before the rest get a 429 unread (None:
-    no such gate). `slots`: serve GET /slots (else 501). `app.state.drain` starts
-    draining."""
+    no such gate). `slots`: serve GET /slots (else 501). `responses`: where the Responses
+    API keeps responses (None: it is stateless). `app.state.drain` starts draining."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -100,6 +102,8 @@ def create_app(
             with contextlib.suppress(BaseException):
                 await loading
             pool.close()
+            if responses is not None:
+                responses.close()
 
     # Outermost first: name the replica on every answer, count every answer, refuse web
     # origins not allowed (and answer preflights, and add CORS headers to every answer of
@@ -163,6 +167,7 @@ def create_app(
         app.state.ollama_saved = SavedModels(store, make_spec)
         app.state.ollama_saved.restore(pool)
     app.state.admission = admission
+    app.state.responses = responses
     app.state.ready = False
     app.state.slots_enabled = slots
     app.state.startup_error = None

@@ -226,6 +226,10 @@ class Engine:
         tokens = [self.vocab.bos] if add_bos and self.vocab.add_bos and self.vocab.bos >= 0 else []
         return tokens + self._chat_text_tokens(text, rendered.literals)
 
+    def tokenize_chat_tail(self, rendered: RenderedChat) -> list[int]:
+        """tokenize_chat for text that continues a prompt already tokenized: no BOS."""
+        return self._chat_text_tokens(rendered.text, rendered.literals)
+
     def _chat_text_tokens(self, text: str, literals: dict[str, str]) -> list[int]:
         if not literals:
             return self.vocab.tokenize(text, add_special=False, parse_special=True)

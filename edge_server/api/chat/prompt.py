@@ -5,6 +5,7 @@ engine.chat_template). Synchronous and CPU-bound: callers run it off the event l
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +175,13 @@ def render_chat(
         raise invalid("messages", str(exc), "invalid_messages") from exc
     check_prompt_bytes(rendered.text, engine, "messages")
     return rendered, images.by_sentinel
+
+
+# A chat's messages rendered (render_chat, with the request's tools and template settings).
+PromptRender = Callable[[list[ChatMessage]], tuple[RenderedChat, dict[str, RgbImage]]]
+# How a request's messages become its prompt, given how to render messages: by default
+# chat_prompt of the rendered messages.
+MakePrompt = Callable[[list[ChatMessage], PromptRender], ChatPrompt]
 
 
 def chat_prompt(rendered: RenderedChat, images: dict[str, RgbImage],

@@ -11,6 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...engine import Engine, GenerationRequest
+from ...engine.chat_template import RenderedChat
+from ...engine.multimodal.projector import RgbImage
 from ...engine.request import RequestHandle
 from ..common.llama_fields import grammar_conflict
 from ..common.logprobs_format import chat_logprobs
@@ -35,11 +37,12 @@ from ..http.dependencies import off_loop
 from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
-from .prompt import chat_prompt, render_chat
+from .prompt import ChatPrompt, MakePrompt, chat_prompt, render_chat
 from .protocol import (
     ChatChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
+    ChatMessage,
     NamedToolChoice,
 )
 from .reasoning import OPEN as THINK_OPEN
@@ -115,9 +118,12 @@ def prediction_tokens(req: ChatCompletionRequest, engine: Engine) -> list[int]:
     return tokens
 
 
-def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
+def prepare(req: ChatCompletionRequest, engine: Engine,
+            make_prompt: MakePrompt | None = None) -> PreparedChat:
     """Everything before the engine: checks, grammars, the rendered and tokenized prompt.
-    CPU-bound (templates, tokenizer, schema conversion), so it runs off the event loop."""
+    CPU-bound (templates, tokenizer, schema conversion), so it runs off the event loop.
+    `make_prompt`: how the messages become the prompt, where not simply rendered and
+    tokenized (a stored Responses turn continued: responses/continuation.py)."""
     legacy = tooling.apply_legacy_functions(req)
     _check_fields(req)
     sampling = sampling_params(req, engine)
@@ -127,9 +133,13 @@ def prepare(req: ChatCompletionRequest, engine: Engine) -> PreparedChat:
         if sampling.grammar is not None:
             raise grammar_conflict("tool_choice")
         sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
-    prompt = chat_prompt(*render_chat(req.messages, engine, tools,
-                                      enable_thinking=req.enable_thinking,
-                                      template_kwargs=req.chat_template_kwargs), engine)
+
+    def render(messages: list[ChatMessage]) -> tuple[RenderedChat, dict[str, RgbImage]]:
+        return render_chat(messages, engine, tools, enable_thinking=req.enable_thinking,
+                           template_kwargs=req.chat_template_kwargs)
+
+    prompt: ChatPrompt = make_prompt(req.messages, render) if make_prompt is not None \
+        else chat_prompt(*render(req.messages), engine)
     request = GenerationRequest(
         prompt_tokens=prompt.tokens,
         max_tokens=max_tokens_for(req, len(prompt.tokens), engine.n_ctx, None),

@@ -1,21 +1,28 @@
-"""HTTP route of /v1/responses."""
+"""HTTP routes of /v1/responses: create, and (with a store) retrieve, delete and list
+the input items of stored responses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..common.image_fetch import with_image_urls
+from ..http.auth import tenant_of
 from ..http.dependencies import parse_body, serve_with_model
-from ..http.errors import APIError, from_validation_error
+from ..http.errors import APIError, from_validation_error, invalid
+from .items import input_items, page
 from .protocol import ITEM_TAGS, ResponsesRequest
 from .serving import ResponsesServing, check_fields
+from .store import ResponseStore, StoredResponse, StoreError
 
 _serving = ResponsesServing()
+_MAX_PAGE = 100
+
+
 def _named(exc: ValidationError) -> APIError:
     """The error of the deepest field: `input` is a string or a list of items, and the
     list's error is the one that names what is wrong. An item's own kind (the tag that
@@ -34,13 +41,92 @@ def _named(exc: ValidationError) -> APIError:
     return from_validation_error(single)
 
 
+def _store(request: Request) -> ResponseStore | None:
+    return getattr(request.app.state, "responses", None)
+
+
+def _not_found(response_id: str, param: str | None = None) -> APIError:
+    # The same answer for an id that never was, was deleted, expired, or is another key's.
+    return APIError(404, f"Response with id '{response_id[:128]}' not found.", param=param,
+                    code="not_found")
+
+
+async def _conversation(request: Request, response_id: str, param: str | None = None
+                        ) -> StoredResponse:
+    store = _store(request)
+    try:
+        found = await store.conversation(tenant_of(request), response_id) if store else None
+    except StoreError as exc:
+        raise _unavailable() from exc
+    if found is None:
+        raise _not_found(response_id, param)
+    return found
+
+
+def _unavailable() -> APIError:
+    return APIError(503, "The response store is unavailable; try again later.",
+                    type="server_error", code="store_unavailable")
+
+
 async def create_response(request: Request) -> Response:
     body = await parse_body(request, ResponsesRequest, on_invalid=_named)
-    check_fields(body)  # before a model is leased (or loaded) for a request it cannot serve
+    store = _store(request)
+    # Before a model is leased (or loaded) for a request it cannot serve.
+    check_fields(body, stateful=store is not None)
+    previous = None
+    if body.previous_response_id is not None:
+        previous = await _conversation(request, body.previous_response_id,
+                                       "previous_response_id")
+    keep_in = store if body.store is not False else None  # OpenAI stores by default
     return await serve_with_model(
         request, body.model, lambda engine: with_image_urls(
-            body, engine, lambda: _serving.create(body, engine, request))
+            body, engine, lambda: _serving.create(body, engine, request, previous=previous,
+                                                  store=keep_in))
     )
 
 
-routes = [Route("/v1/responses", create_response, methods=["POST"])]
+async def retrieve_response(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    store = _store(request)
+    try:
+        found = await store.response(tenant_of(request), response_id) if store else None
+    except StoreError as exc:
+        raise _unavailable() from exc
+    if found is None:
+        raise _not_found(response_id)
+    return JSONResponse(found)
+
+
+async def delete_response(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    store = _store(request)
+    try:
+        deleted = await store.delete(tenant_of(request), response_id) if store else False
+    except StoreError as exc:
+        raise _unavailable() from exc
+    if not deleted:
+        raise _not_found(response_id)
+    return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+async def list_input_items(request: Request) -> Response:
+    query = request.query_params
+    limit_text = query.get("limit", "20")
+    if not (limit_text.isascii() and limit_text.isdigit() and len(limit_text) <= 3
+            and 1 <= int(limit_text) <= _MAX_PAGE):
+        raise invalid("limit", f"limit must be an integer from 1 to {_MAX_PAGE}")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid("order", "order must be `asc` or `desc`")
+    found = await _conversation(request, request.path_params["response_id"])
+    ordering: Literal["asc", "desc"] = "asc" if order == "asc" else "desc"
+    return JSONResponse(page(input_items(found.turns), after=query.get("after"),
+                             limit=int(limit_text), order=ordering))
+
+
+routes = [
+    Route("/v1/responses", create_response, methods=["POST"]),
+    Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
+]

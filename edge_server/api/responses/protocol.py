@@ -1,4 +1,4 @@
-"""Schemas of POST /v1/responses (OpenAI's Responses API, stateless).
+"""Schemas of /v1/responses (OpenAI's Responses API).
 
 Input items keep fields the API itself writes on output items (`id`, `status`,
 `annotations`): clients replay a response's output as the next request's input. Top-level
@@ -134,9 +134,9 @@ class ResponsesRequest(BaseModel):
     user: str | None = None
     safety_identifier: str | None = None
     reasoning: ReasoningConfig | None = None
-    # Stateless: store may only be false, and previous_response_id is refused (serving).
+    # None: stored, as OpenAI does (where the server keeps a store at all).
     store: bool | None = None
-    previous_response_id: str | None = None
+    previous_response_id: str | None = Field(default=None, max_length=256)
     # Accepted where harmless: clients such as openai-agents send them by default.
     include: list[str] | None = Field(default=None, max_length=16)
     truncation: Literal["auto", "disabled"] | None = None
@@ -187,3 +187,21 @@ class ResponseObject(BaseModel):
     top_p: float | None = None
     truncation: str = "disabled"
     user: str | None = None
+
+
+class DeletedResponse(BaseModel):
+    """What DELETE /v1/responses/{id} answers."""
+
+    id: str
+    object: Literal["response.deleted"] = "response.deleted"
+    deleted: bool = True
+
+
+class InputItemList(BaseModel):
+    """A page of GET /v1/responses/{id}/input_items: the items, each with its `id`."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

@@ -36,7 +36,12 @@ from ..messages.protocol import (
 from ..native.protocol import NativeCompletionRequest, NativeResult
 from ..ollama import protocol as ollama
 from ..rerank.protocol import RerankRequest, RerankResponse
-from ..responses.protocol import ResponseObject, ResponsesRequest
+from ..responses.protocol import (
+    DeletedResponse,
+    InputItemList,
+    ResponseObject,
+    ResponsesRequest,
+)
 from .models import HealthResponse, ModelCard, ModelList
 from .props import PropsResponse
 from .slots import SlotList
@@ -80,9 +85,11 @@ class Operation:
     error: type[BaseModel] = ErrorResponse  # the shape of its error answers
     events: str = "With `stream: true`: `data: {chunk}` events, then `data: [DONE]`"
     stream_type: str = "text/event-stream"
+    not_found: str = "Unknown model"  # what its 404 means
 
 
 _MODEL_ERRORS = (400, 404, 413, 429, 503)
+_NO_RESPONSE = "No such stored response (never stored, deleted, expired, or another key's)"
 _NDJSON = "application/x-ndjson"
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/v1/completions"): Operation(
@@ -92,8 +99,21 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "createChatCompletion", "Chat completion of a conversation", ChatCompletionRequest,
         ChatCompletionResponse, streams=True, errors=_MODEL_ERRORS),
     ("POST", "/v1/responses"): Operation(
-        "createResponse", "A model response (OpenAI's Responses API, stateless)",
-        ResponsesRequest, ResponseObject, streams=True, errors=_MODEL_ERRORS),
+        "createResponse", "A model response (OpenAI's Responses API), stored unless "
+        "`store: false`; `previous_response_id` continues a stored one",
+        ResponsesRequest, ResponseObject, streams=True, errors=_MODEL_ERRORS,
+        not_found="Unknown model, or unknown previous_response_id"),
+    ("GET", "/v1/responses/{response_id}"): Operation(
+        "getResponse", "A stored response, as it was answered", response=ResponseObject,
+        errors=(404, 503), not_found=_NO_RESPONSE),
+    ("DELETE", "/v1/responses/{response_id}"): Operation(
+        "deleteResponse", "Deletes a stored response", response=DeletedResponse,
+        errors=(404, 503), not_found=_NO_RESPONSE),
+    ("GET", "/v1/responses/{response_id}/input_items"): Operation(
+        "listInputItems", "The items a stored response was given, its conversation's "
+        "earlier turns included (query: `after` an item id, `limit` 1-100, default 20, "
+        "`order` asc or desc, default desc)", response=InputItemList,
+        errors=(400, 404, 503), not_found=_NO_RESPONSE),
     ("POST", "/v1/embeddings"): Operation(
         "createEmbedding", "L2-normalized embedding vectors of one or more inputs",
         EmbeddingRequest, EmbeddingResponse, errors=_MODEL_ERRORS),
@@ -248,7 +268,8 @@ def _operation(op: Operation, refs: dict[Any, Any], params: list[str],
         }}
     responses: dict[str, Any] = {"200": {"description": "OK", "content": ok}}
     for status in op.errors:
-        text = "Not served now" if op.id == "health" else _STATUS_TEXT.get(status, "Error")
+        text = "Not served now" if op.id == "health" else op.not_found if status == 404 \
+            else _STATUS_TEXT.get(status, "Error")
         content = ok if op.id == "health" else error_body
         responses[str(status)] = {"description": text, "content": content}
     if secured and not op.open:

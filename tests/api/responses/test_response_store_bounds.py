@@ -1,0 +1,126 @@
+"""The Responses store on its own (a real SQLite file, no server): bounded by age, count
+and bytes, least recently used first; rows are a tenant's own; it survives reopening;
+a broken file is a clear startup error."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from edge_server.api.responses.store import (
+    Continuation,
+    ResponseStore,
+    StoredResponse,
+    StoreError,
+)
+
+
+def record(response_id: str, tenant: str = "", text: str = "hi",
+           tokens: list[int] | None = None) -> StoredResponse:
+    turn = {"id": response_id, "input": [{"type": "message", "role": "user",
+                                          "content": [{"type": "input_text", "text": text}]}],
+            "output": []}
+    continuation = Continuation("fp", "key", tokens) if tokens is not None else None
+    return StoredResponse(response_id, tenant, {"id": response_id, "output": []}, [turn],
+                          continuation)
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def open_store(path: Path, **caps: Any) -> ResponseStore:
+    bounds = {"max_count": 100, "max_bytes": 2**20, "max_age_s": 3600.0, **caps}
+    return ResponseStore(path / "responses.sqlite3", **bounds)
+
+
+def test_round_trip_survives_reopening_and_file_is_private(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    assert run(store.put(record("resp_a", tokens=[1, 2, 3, 2**31 - 1])))
+    store.close()
+    again = open_store(tmp_path)
+    found = run(again.conversation("", "resp_a"))
+    assert found is not None and found.continuation is not None
+    assert found.continuation.tokens == [1, 2, 3, 2**31 - 1]
+    assert found.turns[0]["input"][0]["content"][0]["text"] == "hi"
+    assert run(again.response("", "resp_a")) == {"id": "resp_a", "output": []}
+    mode = stat.S_IMODE((tmp_path / "responses.sqlite3").stat().st_mode)
+    assert mode == 0o600
+
+
+def test_rows_belong_to_their_tenant(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    run(store.put(record("resp_a", tenant="t1")))
+    assert run(store.response("t2", "resp_a")) is None
+    assert run(store.conversation("t2", "resp_a")) is None
+    assert run(store.delete("t2", "resp_a")) is False
+    assert run(store.response("t1", "resp_a")) is not None
+    assert run(store.delete("t1", "resp_a")) is True
+    assert run(store.response("t1", "resp_a")) is None
+
+
+def test_count_cap_evicts_least_recently_used(tmp_path: Path) -> None:
+    store = open_store(tmp_path, max_count=2)
+    run(store.put(record("resp_1")))
+    time.sleep(0.01)
+    run(store.put(record("resp_2")))
+    time.sleep(0.01)
+    assert run(store.response("", "resp_1")) is not None  # used: now newer than resp_2
+    time.sleep(0.01)
+    run(store.put(record("resp_3")))
+    assert run(store.response("", "resp_2")) is None
+    assert run(store.response("", "resp_1")) is not None
+    assert run(store.response("", "resp_3")) is not None
+
+
+def test_byte_cap_evicts_and_refuses_what_cannot_fit(tmp_path: Path) -> None:
+    store = open_store(tmp_path, max_bytes=4000)
+    assert run(store.put(record("resp_1", text="a" * 1500)))
+    time.sleep(0.01)
+    assert run(store.put(record("resp_2", text="b" * 1500)))
+    time.sleep(0.01)
+    assert run(store.put(record("resp_3", text="c" * 1500)))  # over 4000 bytes: one goes
+    assert run(store.response("", "resp_1")) is None
+    assert run(store.response("", "resp_2")) is not None
+    assert not run(store.put(record("resp_big", text="d" * 5000)))  # larger than it all
+    assert run(store.response("", "resp_big")) is None
+    assert run(store.response("", "resp_3")) is not None
+
+
+def test_unused_responses_expire(tmp_path: Path) -> None:
+    store = open_store(tmp_path, max_age_s=0.5)
+    run(store.put(record("resp_1")))
+    assert run(store.response("", "resp_1")) is not None
+    time.sleep(0.7)
+    assert run(store.conversation("", "resp_1")) is None
+    run(store.put(record("resp_2")))  # a write deletes the expired rows
+    store.close()
+    again = open_store(tmp_path)  # no age cap now: the row is gone, not just hidden
+    assert run(again.response("", "resp_1")) is None
+
+
+def test_broken_file_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "responses.sqlite3").write_bytes(b"not a database" * 100)
+    with pytest.raises(StoreError):
+        open_store(tmp_path)
+
+
+def test_serve_with_a_broken_store_exits_with_a_message(tmp_path: Path) -> None:
+    """Before any model loads: exit status 2 and one line, no traceback."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "responses.sqlite3").write_bytes(b"not a database" * 100)
+    done = subprocess.run(
+        [sys.executable, "-m", "edge_server", "serve", "--state-dir", str(state)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={"XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2, done.stderr
+    assert "response store" in done.stderr and "Traceback" not in done.stderr
