@@ -22,10 +22,11 @@ TOKENS = 1500
 @pytest.fixture(scope="module")
 def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # One slot and one queue place: two requests in flight fill it. Sends may wait long
-    # here: the readers below read only once the engine has finished both streams.
+    # here, and the queued stream too (on a loaded machine the first takes minutes): the
+    # readers below read only once the engine has finished both streams.
     server = start_server(tmp_path_factory.mktemp("slow"), "--parallel", "1",
                           "--max-queue", "1", "--ctx-size", "2048", "--send-timeout",
-                          "600", name="slow-readers")
+                          "1200", "--queue-timeout", "1200", name="slow-readers")
     yield server
     stop_server(server)
     assert "Traceback" not in server.log_text()
