@@ -47,6 +47,11 @@ def held_streams(server: RunningServer, count: int) -> Iterator[None]:
                 assert time.monotonic() < deadline, "the streams were not admitted"
                 time.sleep(0.1)
         yield
+    # Dropped: their places are free once the server has seen them go.
+    deadline = time.monotonic() + 30
+    while metric(server, "edge_server_requests_admitted") > 0:
+        assert time.monotonic() < deadline, "the dropped streams kept their places"
+        time.sleep(0.1)
 
 
 def engine_holds(server: RunningServer) -> int:
