@@ -33,10 +33,6 @@ class RequestHold:
         for release in reversed(parts):
             release()
 
-    @property
-    def held(self) -> bool:
-        return bool(self._parts)
-
 
 def hold_of(scope: Scope) -> RequestHold:
     """The request's hold, made on first use."""
