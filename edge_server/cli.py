@@ -174,6 +174,7 @@ def serve(opts: ServeOptions) -> int:
     from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
     from .malloc_tuning import fix_mmap_threshold
     from .model_pool import ModelPool
+    from .send_timeout import http_protocol
     from .shutdown import DrainingServer, exit_when_drained
     from .systemd_notify import notify, watchdog_interval
 
@@ -214,6 +215,7 @@ def serve(opts: ServeOptions) -> int:
                      slots=opts.slots, responses=responses)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout),
+                            http=http_protocol(opts.send_timeout),
                             **tls)  # type: ignore[arg-type]
     app.state.watchdog_seconds = opts.watchdog_seconds
     server = DrainingServer(config, app.state.drain)

@@ -144,6 +144,10 @@ class ServeOptions:
                                     "comma-separated; * allows any): other names get a 403, "
                                     "which stops DNS rebinding from web pages",
                                     action="append")
+    send_timeout: float = _opt(120.0, "seconds a send may wait on a client that reads "
+                               "nothing before its connection is closed (its slot, queue "
+                               "place and model are free from when the engine finished; "
+                               "the rest of the answer waits in memory until then)")
     drain_timeout: float = _opt(30.0, "seconds SIGTERM waits for requests in flight; "
                                 "meanwhile /health and new requests answer 503")
     replica_name: str | None = _opt(None, "name sent in the X-Edge-Replica header of every "
@@ -170,6 +174,8 @@ class ServeOptions:
                                "with - or _)")
 
     def __post_init__(self) -> None:
+        if not self.send_timeout > 0:
+            raise ValueError("--send-timeout must be more than 0 seconds")
         # Repeated flags give lists of comma-separated lists: flatten, and check each.
         networks: list[str] = []
         for item in self.image_url_networks:

@@ -20,7 +20,7 @@ from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # One slot and one queue place: two requests in flight fill it.
     server = start_server(tmp_path_factory.mktemp("admission"), "--parallel", "1",
-                          "--max-queue", "1", "--ctx-size", "1024", name="admission")
+                          "--max-queue", "1", "--ctx-size", "4096", name="admission")
     yield server
     stop_server(server)
     assert "Traceback" not in server.log_text()
@@ -30,10 +30,11 @@ def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer
 def held_streams(server: RunningServer, count: int) -> Iterator[None]:
     """`count` streaming completions admitted and still running (raw connections that
     send their request and read nothing: a queued stream sends no headers until it
-    starts), until the block ends and they are dropped."""
+    starts), until the block ends and they are dropped. Long ones: a place is held
+    while the engine works on its request, not while a client does not read."""
     url = urlsplit(server.base_url)
     body = json.dumps({"model": DEFAULT_MODEL, "prompt": "Once upon a time",
-                       "max_tokens": 900, "ignore_eos": True, "stream": True}).encode()
+                       "max_tokens": 4000, "ignore_eos": True, "stream": True}).encode()
     with contextlib.ExitStack() as stack:
         for held in range(1, count + 1):
             sock = stack.enter_context(socket.create_connection((url.hostname, url.port)))
@@ -46,6 +47,11 @@ def held_streams(server: RunningServer, count: int) -> Iterator[None]:
                 assert time.monotonic() < deadline, "the streams were not admitted"
                 time.sleep(0.1)
         yield
+    # Dropped: their places are free once the server has seen them go.
+    deadline = time.monotonic() + 30
+    while metric(server, "edge_server_requests_admitted") > 0:
+        assert time.monotonic() < deadline, "the dropped streams kept their places"
+        time.sleep(0.1)
 
 
 def engine_holds(server: RunningServer) -> int:
@@ -100,6 +106,24 @@ def test_refused_before_the_body_is_read(one_slot: RunningServer) -> None:
         assert r.status_code == 429
         time.sleep(0.2)
     assert r.status_code == 200, r.text
+
+
+# Every door that queues for a slot: OpenAI's (also without /v1), Anthropic's,
+# Ollama's and llama-server's.
+GENERATING_PATHS = ["/v1/completions", "/completions", "/v1/chat/completions",
+                    "/chat/completions", "/v1/responses", "/v1/messages", "/api/chat",
+                    "/api/generate", "/completion", "/infill"]
+
+
+def test_every_generating_door_refuses_unread(one_slot: RunningServer) -> None:
+    with held_streams(one_slot, 2):
+        for path in GENERATING_PATHS:
+            head = raw_post_without_body(one_slot, path)
+            assert head.split(b"\r\n")[0] == b"HTTP/1.1 429 Too Many Requests", (path, head)
+        # Each counted under its own route.
+        text = httpx.get(f"{one_slot.base_url}/metrics", timeout=10).text
+        for path in GENERATING_PATHS:
+            assert f'endpoint="{path}",status="429"' in text, path
 
 
 def test_a_storm_of_refusals_is_held_for_retry_after(one_slot: RunningServer) -> None:

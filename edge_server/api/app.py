@@ -112,10 +112,17 @@ def create_app(
     # rebinding), refuse new work while draining, refuse oversized bodies before anything
     # reads them, check the key, and last refuse generation requests beyond the engines'
     # slots and queues, still unread.
-    drain = Drain()
     keyed = bool(api_keys or admin_api_keys)
+    openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *rerank_routes,
+                     *model_routes]
+    routes = [*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
+              *native_routes, *tokenize_routes, *props_routes, *slot_routes, *messages_routes,
+              *response_routes, *ollama_routes,
+              metrics_route(metrics), openapi_route(secured=keyed),
+              *(chat_page.routes() if webui else [])]
+    drain = Drain()
     middleware = [
-        Middleware(RequestCounter, metrics=metrics),
+        Middleware(RequestCounter, metrics=metrics, routes=routes),
         # Every error on /v1/messages* in Anthropic's shape, on /api/* in Ollama's.
         Middleware(ErrorReshaper, matches=is_messages_path, reshape=anthropic_body),
         Middleware(ErrorReshaper, matches=is_ollama_path, reshape=ollama_error,
@@ -145,14 +152,8 @@ def create_app(
     metrics.watch_pool(pool)
     metrics.watch_drain(drain)
     metrics.watch_admission(admission)
-    openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *rerank_routes,
-                     *model_routes]
     app = Starlette(
-        routes=[*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
-                *native_routes, *tokenize_routes, *props_routes, *slot_routes, *messages_routes,
-                *response_routes, *ollama_routes,
-                metrics_route(metrics), openapi_route(secured=keyed),
-                *(chat_page.routes() if webui else [])],
+        routes=routes,
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
         lifespan=lifespan,

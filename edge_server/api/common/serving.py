@@ -36,6 +36,7 @@ from ...engine.request import PromptProgress, RequestHandle
 from ...engine.sampling.logprobs import TokenLogprob
 from ..http.auth import tenant_of
 from ..http.errors import APIError, from_engine_error, invalid
+from ..http.read_ahead import ReadAheadStream
 from .llama_fields import check_llama_server_fields, grammar_conflict, user_grammar
 from .protocol import CompletionTokensDetails, PromptTokensDetails, SamplingRequest, UsageInfo
 
@@ -327,10 +328,10 @@ def sse_event(payload: dict[str, Any]) -> str:
 SSE_DONE = "data: [DONE]\n\n"
 
 
-class EngineStream(StreamingResponse):
-    """A streamed answer (server-sent events, or NDJSON lines) whose engine work is
-    cancelled however sending ends: the body generator may never start if the client
-    leaves first, so its own cleanup cannot be relied on."""
+class EngineStream(ReadAheadStream):
+    """A streamed answer (server-sent events, or NDJSON lines), read ahead of the client,
+    whose engine work is cancelled however sending ends: the client may leave before
+    the events are all read."""
 
     def __init__(self, events: AsyncIterator[str], handles: list[RequestHandle],
                  media_type: str = "text/event-stream") -> None:

@@ -25,18 +25,20 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError
+from .hold import hold_of
 
 # The doors that queue for a slot of a model's engine.
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses",
                               "/v1/messages", "/api/chat", "/api/generate", "/completions",
-                              "/chat/completions", "/infill"})
+                              "/chat/completions", "/infill", "/completion"})
 RETRY_AFTER_SECONDS = 1
 STORM_REFUSALS_PER_SECOND = 20
 MAX_HELD = 1024
 
 
 class Admission:
-    """Generation requests admitted and not yet answered, and how many were refused."""
+    """Generation requests admitted whose engine work is not yet done, and how many
+    were refused."""
 
     def __init__(self, capacity: Callable[[], int]) -> None:
         self.capacity = capacity  # slots plus queue places of the loaded engines
@@ -45,6 +47,10 @@ class Admission:
         self.held = 0  # refusals being held (a storm)
         # When the latest refusals were made: a full window within a second is a storm.
         self._recent: deque[float] = deque(maxlen=STORM_REFUSALS_PER_SECOND)
+
+    def leave(self) -> None:
+        """An admitted request's place is free again."""
+        self.admitted -= 1
 
     def refuse(self) -> float:
         """Counts a refusal; the seconds to hold it before answering."""
@@ -89,8 +95,12 @@ class AdmissionGate:
                     admission.held -= 1
             await _refusal().response()(scope, receive, send)
             return
+        # The place is part of the request's hold: freed once the engine is done with
+        # the request (hold.py), not when a slow client has read the answer.
         admission.admitted += 1
+        request_hold = hold_of(scope)
+        request_hold.add(admission.leave)
         try:
             await self.app(scope, receive, send)
         finally:
-            admission.admitted -= 1
+            request_hold.release()

@@ -22,6 +22,8 @@ from ...model_pool import Lease, ModelPool, ModelUnavailable
 from ...model_spec import UnknownModel
 from .body import parse_json_object
 from .errors import APIError, from_validation_error, model_not_found
+from .hold import RequestHold, hold_of
+from .read_ahead import ReadAheadStream
 
 log = logging.getLogger(__name__)
 
@@ -94,30 +96,38 @@ async def acquire(request: Request, model: str) -> Lease:
 async def serve_with_model(
     request: Request, model: str, serve: Callable[[Engine], Awaitable[Response]]
 ) -> Response:
-    """Runs `serve` with the model's engine, holding the lease until the response (a
-    stream included) has been sent, or the client left: a lease is never kept."""
+    """Runs `serve` with the model's engine. The lease joins the request's hold, which
+    is released once the engine is done with the request: when `serve` returns, or, for
+    a stream, once its events are all read ahead (read_ahead.py); and however sending
+    ends, for a client that vanished first: a lease is never kept."""
     lease = await acquire(request, model)
+    hold = hold_of(request.scope)
+    hold.add(lease.release)
     try:
         # Images prepared for the request and not handed to the engine (a 400 after
         # preparation, a full queue, a client gone) are freed here, not by a later GC.
         with images_scope():
             response = await serve(lease.engine)
     except BaseException:
-        lease.release()
+        hold.release()
         raise
-    return _LeasedResponse(response, lease)  # type: ignore[return-value]
+    if not isinstance(response, ReadAheadStream):
+        hold.release()  # the answer is built whole: the engine is done with it
+        return response
+    response.when_read(hold.release)
+    return _HeldResponse(response, hold)  # type: ignore[return-value]
 
 
-class _LeasedResponse:
-    """The response as an ASGI app that releases the model lease however sending ends
+class _HeldResponse:
+    """The stream as an ASGI app that releases the request's hold however sending ends
     (a stream whose client vanished before its first byte included)."""
 
-    def __init__(self, inner: Response, lease: Lease) -> None:
+    def __init__(self, inner: Response, hold: RequestHold) -> None:
         self.inner = inner
-        self.lease = lease
+        self.hold = hold
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await self.inner(scope, receive, send)
         finally:
-            self.lease.release()
+            self.hold.release()

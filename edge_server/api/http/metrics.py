@@ -7,14 +7,15 @@ latency). Gauges (queue depth, busy sequences, KV cache use) are read at scrape 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...engine.scheduler import JobStats
@@ -75,8 +76,9 @@ class Metrics:
 
     def watch_admission(self, admission: Admission) -> None:
         """Generation requests admitted, and those refused unread (cheap refusal)."""
-        Gauge("edge_server_requests_admitted", "generation requests admitted and not yet "
-              "answered", registry=self.registry).set_function(lambda: admission.admitted)
+        Gauge("edge_server_requests_admitted", "generation requests admitted whose engine "
+              "work is not yet done", registry=self.registry
+              ).set_function(lambda: admission.admitted)
         Gauge("edge_server_requests_refused_unread_total", "generation requests refused "
               "with a 429 before their body was read", registry=self.registry
               ).set_function(lambda: admission.refused)
@@ -149,21 +151,31 @@ _ENGINE_COUNTERS = {
 
 
 class RequestCounter:
-    """ASGI middleware counting responses by route and status."""
+    """ASGI middleware counting responses by route and status. A request is labelled
+    with the path of the route that serves it ("/v1/models/{model}"), so every route has
+    its own label as it is added; unknown paths share "other", so that clients cannot
+    blow up the label set."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[BaseRoute]) -> None:
         self.app = app
         self.metrics = metrics
+        served = [r for r in routes if isinstance(r, Route)]
+        self._fixed = {r.path: r.path for r in served if not r.param_convertors}
+        self._templates = [(r.path_regex, _PARAM_TYPE.sub(r"{\1}", r.path))
+                           for r in served if r.param_convertors]
+
+    def endpoint(self, path: str) -> str:
+        label = self._fixed.get(path)
+        if label is not None:
+            return label
+        return next((label for regex, label in self._templates if regex.match(path)),
+                    "other")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
-        # Unknown paths share one label, so clients cannot blow up the label set.
-        endpoint = (path if path in _KNOWN_PATHS
-                    else "/v1/models/{model}" if path.startswith("/v1/models/")
-                    else "/api/blobs/{digest}" if path.startswith("/api/blobs/") else "other")
+        endpoint = self.endpoint(scope.get("path", ""))
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -173,13 +185,8 @@ class RequestCounter:
         await self.app(scope, receive, counting_send)
 
 
-_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models",
-                "/health", "/metrics", "/tokenize", "/detokenize", "/openapi.json",
-                "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-                # Ollama's API
-                "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/tags",
-                "/api/show", "/api/ps", "/api/version", "/api/pull", "/api/copy",
-                "/api/delete", "/api/create", "/api/push"}
+# A path parameter's type is no part of its label: "{model:path}" is "{model}".
+_PARAM_TYPE = re.compile(r"\{(\w+):\w+\}")
 
 
 def metrics_route(metrics: Metrics) -> Route:
