@@ -23,8 +23,8 @@ from ...engine.chat_template import RenderedChat
 from ...engine.multimodal.projector import RgbImage
 from ..chat.prompt import chat_prompt, render_chat, shown_text
 from ..chat.protocol import ChatMessage, TemplateKwargs, Tool
+from ..common.model_bounds import ModelBounds
 from ..common.prompt_bounds import check_prompt_bytes, check_token_count
-from ..common.serving import check_prompt_tokens
 from ..http.dependencies import off_loop, parse_body, serve_with_model
 from ..http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
 
@@ -97,8 +97,7 @@ def _tokens(body: TokenizeRequest, engine: Engine) -> list[int]:
 
 
 def _content(body: DetokenizeRequest, engine: Engine) -> str:
-    check_token_count(len(body.tokens), engine, "tokens")
-    check_prompt_tokens(body.tokens, engine, "tokens")
+    ModelBounds.of(engine).check_token_ids(body.tokens, "tokens")
     return engine.vocab.detokenize(body.tokens)
 
 
