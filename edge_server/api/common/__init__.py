@@ -1,6 +1,7 @@
 """Serving code shared by the generation endpoints: request fields common to every
 endpoint (protocol), turning them into engine requests and engine output into answers
-(serving), prompt size checks (prompt_bounds), logprobs in OpenAI's shapes
+(serving), prompt size checks (prompt_bounds), numeric fields held to what the model
+and its context can use (model_bounds), logprobs in OpenAI's shapes
 (logprobs_format) and image decoding (images).
 
 May import: api.http, the engine's request interface and its grammar package.
