@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from conftest import (
     DEFAULT_MODEL,
+    THREADS_ENV,
     RunningServer,
     start_server,
     stop_server,
@@ -42,8 +43,10 @@ MAX_RSS_GROWTH_MB = 50
 def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("bounds")
     projector = write_test_projector(tmp / "test-mmproj.gguf")
+    # One thread: the CPU time of a request is its work, not threads spinning for a core.
     server = start_server(tmp, "--mmproj", str(projector), "--ctx-size", "1024",
-                          "--parallel", "2", name="bounds", memory_limit_mb=MEMORY_LIMIT_MB)
+                          "--parallel", "2", "--threads", os.environ.get(THREADS_ENV, "1"),
+                          name="bounds", memory_limit_mb=MEMORY_LIMIT_MB)
     yield server
     stop_server(server)
     assert "Traceback" not in server.log_text(), server.log_text()
@@ -93,15 +96,18 @@ def test_huge_repeat_window_is_clamped_without_allocating(capped: RunningServer,
     options = {"num_predict": 2, "repeat_penalty": 1.1, "temperature": 0}
     warm = _generate(capped, options={**options, "repeat_last_n": 64})
     assert warm.status_code == 200, warm.text
-    cost = _cost(capped, lambda: _generate(capped, options={**options,
-                                                           "repeat_last_n": window}))
+    costs = [_cost(capped, lambda: _generate(capped, options={**options,
+                                                              "repeat_last_n": window}))
+             for _ in range(3)]
     assert capped.process.poll() is None, capped.log_text()[-2000:]
-    response = cost.response
-    assert response.status_code == 200, response.text
+    response = costs[0].response
+    assert all(c.response.status_code == 200 for c in costs), response.text
     assert response.json()["done"] is True
-    # CPU time, not wall time: other processes on a busy machine stretch the latter.
-    assert cost.cpu_s < 1.0, f"{cost.cpu_s:.2f} s of CPU ({cost.wall_s:.2f} s wall)"
-    assert cost.peak_growth_mb < MAX_RSS_GROWTH_MB, f"peak RSS grew {cost.peak_growth_mb:.0f} MB"
+    assert max(c.peak_growth_mb for c in costs) < MAX_RSS_GROWTH_MB, costs
+    # Zeroing the buffer would cost every time; other processes on a busy machine
+    # stretch a request now and then: the best of three is under a second of the
+    # server's CPU time (wall time on a loaded machine measures the others).
+    assert min(c.cpu_s for c in costs) < 1.0, costs
     # The whole context is the window: the same text as asking for it with -1.
     whole = _generate(capped, options={**options, "repeat_last_n": -1})
     assert response.json()["response"] == whole.json()["response"]
