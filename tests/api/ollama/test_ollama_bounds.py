@@ -113,7 +113,7 @@ def test_huge_repeat_window_is_clamped_without_allocating(capped: RunningServer,
     assert response.json()["response"] == whole.json()["response"]
 
 
-def test_huge_repeat_window_on_the_openai_doors(capped: RunningServer) -> None:
+def test_huge_sizes_on_the_other_doors(capped: RunningServer) -> None:
     fields = {"model": DEFAULT_MODEL, "max_tokens": 2, "temperature": 0,
               "repeat_penalty": 1.1, "repeat_last_n": INT32_MAX, "top_k": INT32_MAX}
     for path, body in (("/v1/chat/completions", {"messages": [{"role": "user",
@@ -123,6 +123,11 @@ def test_huge_repeat_window_on_the_openai_doors(capped: RunningServer) -> None:
             capped.base_url + p, json={**fields, **b}, timeout=60))
         assert cost.response.status_code == 200, (path, cost.response.text)
         assert cost.peak_growth_mb < MAX_RSS_GROWTH_MB, (path, cost)
+    # Anthropic's top_k has no repeat window beside it, and the same bound.
+    messages = httpx.post(f"{capped.v1}/messages", timeout=60, json={
+        "model": DEFAULT_MODEL, "max_tokens": INT32_MAX, "top_k": INT32_MAX,
+        "stop_sequences": ["."], "messages": [{"role": "user", "content": "Hi"}]})
+    assert messages.status_code == 200, messages.text
     # Below -1 is no window at all: refused by name.
     bad = httpx.post(f"{capped.v1}/completions", json={**fields, "prompt": "Hi",
                                                        "repeat_last_n": -2})
