@@ -142,7 +142,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
         else chat_prompt(*render(req.messages), engine)
     request = GenerationRequest(
         prompt_tokens=prompt.tokens,
-        max_tokens=max_tokens_for(req, len(prompt.tokens), engine.n_ctx, None),
+        max_tokens=max_tokens_for(req, len(prompt.tokens), engine, None),
         sampling=sampling,
         stop=req.stop_list,
         include_stop=bool(req.include_stop_str_in_output),

@@ -6,8 +6,9 @@ README) send these fields beside OpenAI's. Silently dropping one would change wh
 client gets without telling it, so every field of llama-server's list is sorted here:
 
 - honoured: declared on SamplingRequest (`grammar`, `json_schema`, `n_predict`,
-  `repeat_penalty`, `mirostat` 2 with `mirostat_tau` / `mirostat_eta`, `cache_prompt`,
-  `return_progress`, `n_indent`, `t_max_prompt_ms`, `t_max_predict_ms`, `n_cmpl`);
+  `repeat_penalty`, `repeat_last_n`, `mirostat` 2 with `mirostat_tau` / `mirostat_eta`,
+  `cache_prompt`, `return_progress`, `n_indent`, `t_max_prompt_ms`, `t_max_predict_ms`,
+  `n_cmpl`);
 - neutral: below, with the values that leave sampling and output as they are; those
   values are accepted (clients often send every field at its default), others refused;
 - fields that are neither OpenAI's, the server's own nor llama-server's are accepted and
@@ -39,7 +40,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "typical_p": (1, 1.0),
     "dynatemp_range": (0, 0.0),
     "dynatemp_exponent": (1, 1.0),
-    "repeat_last_n": (64,),
     "dry_multiplier": (0, 0.0),
     "dry_base": (1.75,),
     "dry_allowed_length": (2,),

@@ -83,6 +83,9 @@ class SamplingRequest(BaseModel):
     json_schema: dict[str, Any] | None = None  # as response_format's schema, not strict
     n_predict: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # -1: what fits
     repeat_penalty: float | None = Field(default=None, gt=0.0, lt=2.0)
+    # Tokens the penalties look back over (-1: the whole context); at most the context's
+    # (model_bounds).
+    repeat_last_n: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     mirostat: Literal[0, 2] | None = None  # 2: mirostat v2 with tau and eta below
     mirostat_tau: float | None = Field(default=None, gt=0.0, le=100.0)
     mirostat_eta: float | None = Field(default=None, gt=0.0, le=1.0)

@@ -8,7 +8,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +38,7 @@ from ..http.auth import tenant_of
 from ..http.errors import APIError, from_engine_error, invalid
 from ..http.read_ahead import ReadAheadStream
 from .llama_fields import check_llama_server_fields, grammar_conflict, user_grammar
+from .model_bounds import ModelBounds
 from .protocol import CompletionTokensDetails, PromptTokensDetails, SamplingRequest, UsageInfo
 
 log = logging.getLogger(__name__)
@@ -97,22 +98,24 @@ def schema_grammar(schema: dict[str, Any], *, strict: bool, param: str) -> str:
 
 
 def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
+    """The request's samplers, their sizes held to the model's (model_bounds)."""
     check_llama_server_fields(req.model_extra)
+    bounds = ModelBounds.of(engine)
     bias: dict[int, float] = {}
     for key, value in (req.logit_bias or {}).items():
         token = int(key)
-        if not engine.vocab.is_valid(token):
-            raise invalid("logit_bias", f"token id {token} is outside the vocabulary")
+        bounds.check_token_id(token, "logit_bias")
         bias[token] = value
     return SamplingParams(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
-        top_k=req.top_k or 0,
+        top_k=bounds.top_k(req.top_k or 0),
         min_p=req.min_p or 0.0,
         seed=req.seed,
         frequency_penalty=req.frequency_penalty or 0.0,
         presence_penalty=req.presence_penalty or 0.0,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        penalty_last_n=bounds.repeat_window(req.repeat_last_n),
         logit_bias=bias,
         mirostat_target=req.mirostat_target,
         mirostat_lr=req.mirostat_lr,
@@ -134,20 +137,14 @@ def budgets(req: SamplingRequest) -> dict[str, Any]:
     }
 
 
-def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: int | None) -> int:
-    """Applies context_length_exceeded_behavior; None as default means 'what fits'.
-
-    `n_ctx` is what one sequence holds: every choice has a KV stream of its own.
-    """
-    room = n_ctx - prompt_len
-    if room < 1:
-        raise APIError(
-            400,
-            f"The prompt is {prompt_len} tokens, which does not fit the context of {n_ctx} tokens.",
-            type="invalid_request_error",
-            param="messages" if hasattr(req, "messages") else "prompt",
-            code="context_length_exceeded",
-        )
+def max_tokens_for(req: SamplingRequest, prompt_len: int, engine: Engine,
+                   default: int | None) -> int:
+    """Applies context_length_exceeded_behavior; None as default means 'what fits' (the
+    room the prompt leaves in one sequence's context: every choice has a KV stream of its
+    own)."""
+    n_ctx = engine.n_ctx
+    room = ModelBounds.of(engine).answer_room(
+        prompt_len, "messages" if hasattr(req, "messages") else "prompt")
     if req.prompt_only:
         return 0
     wanted = req.max_tokens if req.max_tokens is not None else default
@@ -165,15 +162,6 @@ def max_tokens_for(req: SamplingRequest, prompt_len: int, n_ctx: int, default: i
             code="context_length_exceeded",
         )
     return min(wanted, room)
-
-
-def check_prompt_tokens(tokens: Iterable[int], engine: Engine, param: str) -> None:
-    for token in tokens:
-        if not engine.vocab.is_valid(token):
-            raise invalid(
-                param,
-                f"token id {token} is outside the vocabulary (0..{engine.vocab.n_tokens - 1})",
-            )
 
 
 def usage_info(usage: Usage) -> UsageInfo:

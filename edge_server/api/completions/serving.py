@@ -16,14 +16,14 @@ from ...engine.sampling.logprobs import TokenLogprob
 from ..common.fim import fim_prompt, fim_tokens, text_tokens
 from ..common.images import check_image_count, decode_image_url, image_errors
 from ..common.logprobs_format import completion_logprobs
-from ..common.prompt_bounds import check_prompt_bytes, check_token_count
+from ..common.model_bounds import ModelBounds
+from ..common.prompt_bounds import check_prompt_bytes
 from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
 from ..common.serving import (
     SSE_DONE,
     ChoiceResult,
     budgets,
     cancel_on_disconnect,
-    check_prompt_tokens,
     collect,
     max_tokens_for,
     merged_events,
@@ -120,7 +120,7 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
         if isinstance(item, str):
             check_prompt_bytes(item + (req.suffix or ""), engine, param)
         else:
-            check_token_count(len(item), engine, param)
+            ModelBounds.of(engine).check_token_ids(item, param)
         if isinstance(item, str) and req.suffix is not None:
             tokens = fill_in_the_middle(item, req.suffix, engine)
             text = item
@@ -129,7 +129,6 @@ def _prompts(req: CompletionRequest, engine: Engine) -> list[_Prompt]:
             tokens = engine.tokenize(item)
             text = item
         else:
-            check_prompt_tokens(item, engine, param)
             tokens = list(item)
             text = engine.vocab.detokenize(tokens)
         if not tokens:
@@ -158,7 +157,7 @@ def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
     requests = [
         GenerationRequest(
             prompt_tokens=p.tokens,
-            max_tokens=max_tokens_for(req, len(p.tokens), engine.n_ctx, DEFAULT_MAX_TOKENS),
+            max_tokens=max_tokens_for(req, len(p.tokens), engine, DEFAULT_MAX_TOKENS),
             sampling=sampling,
             stop=req.stop_list,
             include_stop=bool(req.include_stop_str_in_output),

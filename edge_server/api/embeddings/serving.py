@@ -20,7 +20,7 @@ from starlette.responses import Response
 from ...engine import Engine, EngineError
 from ...engine.embeddings.embedder import EmbeddingJob, EmbeddingPlan, EmbeddingsUnsupported
 from ..common.job_wait import await_job
-from ..common.serving import check_prompt_tokens
+from ..common.model_bounds import ModelBounds
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, from_engine_error, invalid, unsupported
 from .protocol import EmbeddingRequest
@@ -77,7 +77,7 @@ def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan,
             if len(item) > limit:
                 raise _too_long(param, f"`{param}` is {len(item)} tokens; this model embeds "
                                        f"at most {limit} tokens per input")
-            check_prompt_tokens(item, engine, param)
+            ModelBounds.of(engine).check_vocabulary(item, param)
             tokens = item
         if truncate:
             tokens = tokens[:limit]

@@ -95,7 +95,7 @@ def prepare(req: InfillRequest, engine: Engine) -> PreparedInfill:
     tokens = fim_prompt(engine, fim, extra=extra, prefix=prefix, suffix=suffix, prompt=prompt)
     request = GenerationRequest(
         prompt_tokens=tokens,
-        max_tokens=max_tokens_for(req, len(tokens), engine.n_ctx, None),
+        max_tokens=max_tokens_for(req, len(tokens), engine, None),
         sampling=sampling,
         stop=req.stop_list,
         include_stop=bool(req.include_stop_str_in_output),

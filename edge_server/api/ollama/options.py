@@ -115,6 +115,7 @@ class Sampling:
     engine_fields: dict[str, Any] = field(default_factory=dict)  # SamplingParams-only
     num_predict: int | None = None  # None: until the model ends or the context is full
     num_ctx: int | None = None
+    repeat_last_n: int = -1  # -1: the whole context (held to the model's by the caller)
     stop: list[str] = field(default_factory=list)
 
 
@@ -158,12 +159,12 @@ def sampling(options: dict[str, Any] | None) -> Sampling:
         "top_k": value["top_k"] or None,  # 0: off
         "top_p": value["top_p"] or None,
         "min_p": value.get("min_p"),
-        "seed": None if seed == -1 else seed,  # -1: a fresh seed, as Ollama reads it
+        "seed": seed,  # below 0: a fresh seed, as Ollama reads -1
         "presence_penalty": value.get("presence_penalty"),
         "frequency_penalty": value.get("frequency_penalty"),
         "repetition_penalty": value["repeat_penalty"],
     }
-    engine: dict[str, Any] = {"penalty_last_n": value["repeat_last_n"]}
+    engine: dict[str, Any] = {}
     if value.get("typical_p") is not None:
         engine["typical_p"] = value["typical_p"]
     if value.get("mirostat"):
@@ -173,7 +174,7 @@ def sampling(options: dict[str, Any] | None) -> Sampling:
         engine["mirostat_version"] = value["mirostat"]
     predict = value.get("num_predict")
     return Sampling(chat, engine, None if predict is None or predict < 0 else predict,
-                    value.get("num_ctx"), value.get("stop") or [])
+                    value.get("num_ctx"), value["repeat_last_n"], value.get("stop") or [])
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")

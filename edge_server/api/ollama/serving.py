@@ -17,11 +17,10 @@ from ...engine import Engine, GenerationRequest
 from ...engine.request import ImageSpan, RequestHandle
 from ..chat.choice_output import ChoiceOutput
 from ..chat.serving import prepare as prepare_chat_completion
-from ..common.prompt_bounds import too_long
+from ..common.model_bounds import ModelBounds
 from ..common.protocol import SamplingRequest
 from ..common.serving import (
     cancel_on_disconnect,
-    check_prompt_tokens,
     sampling_params,
     stream_deltas,
     submit,
@@ -45,15 +44,16 @@ class Prepared:
 
 def _finish(request: GenerationRequest, sampling: opts.Sampling, engine: Engine) -> None:
     """What the chat request cannot say: Ollama's stop list (longer than OpenAI's), the
-    samplers it lacks, and the token budget (num_predict within num_ctx)."""
+    samplers it lacks, and the token budget (num_predict within num_ctx), each held to
+    the model's bounds."""
+    bounds = ModelBounds.of(engine)
     request.stop = sampling.stop
-    request.sampling = dataclasses.replace(request.sampling, **sampling.engine_fields)
-    n_ctx = engine.n_ctx if sampling.num_ctx is None else min(sampling.num_ctx, engine.n_ctx)
-    room = n_ctx - len(request.prompt_tokens)
-    if room < 1:
-        param = "options.num_ctx" if n_ctx < engine.n_ctx else "prompt"
-        raise too_long(param, f"The prompt is {len(request.prompt_tokens)} tokens, which does "
-                       f"not fit the context of {n_ctx} tokens.")
+    request.sampling = dataclasses.replace(
+        request.sampling, **sampling.engine_fields,
+        penalty_last_n=bounds.repeat_window(sampling.repeat_last_n))
+    n_ctx = bounds.context(sampling.num_ctx)
+    room = bounds.answer_room(len(request.prompt_tokens),
+                              "options.num_ctx" if n_ctx < engine.n_ctx else "prompt", n_ctx)
     wanted = sampling.num_predict
     request.max_tokens = room if wanted is None else min(wanted, room)
 
@@ -90,10 +90,7 @@ def _text_generation(req: GenerateRequest, engine: Engine, sampling: opts.Sampli
 
 def _with_context(request: GenerationRequest, context: list[int], engine: Engine) -> None:
     """A previous answer's `context` goes before the new prompt (without a second BOS)."""
-    if len(context) > engine.n_ctx:
-        raise too_long("context", f"`context` is {len(context)} tokens; the context holds "
-                       f"{engine.n_ctx}")
-    check_prompt_tokens(context, engine, "context")
+    ModelBounds.of(engine).check_token_ids(context, "context")
     tokens = request.prompt_tokens
     if tokens and tokens[0] == engine.vocab.bos and engine.vocab.bos >= 0:
         tokens = tokens[1:]
@@ -121,7 +118,14 @@ def prepare_generate(req: GenerateRequest, engine: Engine,
     except APIError as exc:
         raise names.rename(exc) from exc
     # Raw prompts give no context back (Ollama's rule: the caller keeps its own).
-    return Prepared(request, output, None if req.raw else list(request.prompt_tokens))
+    return Prepared(request, output, None if req.raw else given_context(request))
+
+
+def given_context(request: GenerationRequest) -> list[int]:
+    """The prompt's tokens as `context` for the next request: an image's placeholder ids
+    (negative, standing for its embedding) are left out, as ids cannot carry the image;
+    the next request sends it again to keep it in view."""
+    return [t for t in request.prompt_tokens if t >= 0]
 
 
 async def _objects(answer: Answer, handle: RequestHandle, clock: Clock,

@@ -22,7 +22,7 @@ from ...engine import Engine
 from ...engine.chat_template import RenderedChat
 from ..chat.prompt import ChatPrompt, PromptRender, chat_prompt
 from ..chat.protocol import ChatMessage
-from ..common.serving import check_prompt_tokens
+from ..common.model_bounds import ModelBounds
 from ..http.errors import APIError
 from .conversation import MARK_OPEN, output_marker
 from .store import Continuation, StoredResponse
@@ -82,7 +82,7 @@ class Continuing:
             return None
         # The engine made them, and its fingerprint is unchanged; checked all the same,
         # since a token outside the vocabulary would abort llama.cpp.
-        check_prompt_tokens(stored.tokens, self.engine, "previous_response_id")
+        ModelBounds.of(self.engine).check_vocabulary(stored.tokens, "previous_response_id")
         return stored.tokens + self.engine.tokenize_chat_tail(
             RenderedChat(tail, marked.literals))
 

@@ -24,8 +24,8 @@ from ...engine.multimodal.projector import RgbImage
 from ..chat.prompt import chat_prompt, render_chat, shown_text
 from ..chat.protocol import ChatMessage, TemplateKwargs, Tool
 from ..common.image_fetch import with_image_urls
+from ..common.model_bounds import ModelBounds
 from ..common.prompt_bounds import check_prompt_bytes, check_token_count
-from ..common.serving import check_prompt_tokens
 from ..http.dependencies import off_loop, parse_body, serve_with_model
 from ..http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
 
@@ -118,8 +118,7 @@ def _tokenized(body: TokenizeRequest, engine: Engine) -> list[int] | list[dict[s
 
 
 def _content(body: DetokenizeRequest, engine: Engine) -> str:
-    check_token_count(len(body.tokens), engine, "tokens")
-    check_prompt_tokens(body.tokens, engine, "tokens")
+    ModelBounds.of(engine).check_token_ids(body.tokens, "tokens")
     return engine.vocab.detokenize(body.tokens)
 
 

@@ -127,10 +127,13 @@ class SamplerChain:
                 arr[i] = lc.llama_logit_bias(token, value)
             self._add(lc.llama_sampler_init_logit_bias(vocab.n_tokens, len(bias), arr))
         if p.uses_penalties:
+            # The API holds the window to the context already; this is the last guard,
+            # as llama.cpp allocates and zero-fills a ring buffer of that many tokens.
+            window = n_ctx if p.penalty_last_n < 0 else min(p.penalty_last_n, n_ctx)
             self._penalties = self._add(
                 lc.llama_sampler_init_penalties(
                     vocab.n_tokens,
-                    n_ctx if p.penalty_last_n < 0 else p.penalty_last_n,
+                    window,
                     p.repetition_penalty,
                     p.frequency_penalty,
                     p.presence_penalty,
@@ -150,7 +153,7 @@ class SamplerChain:
                 self._add(lc.llama_sampler_init_mirostat_v2(seed, tau, eta))
             return
         if p.top_k > 0:
-            self._add(lc.llama_sampler_init_top_k(p.top_k))
+            self._add(lc.llama_sampler_init_top_k(min(p.top_k, vocab.n_tokens)))
         if p.typical_p < 1.0:
             self._add(lc.llama_sampler_init_typical(p.typical_p, 1))
         if p.top_p < 1.0:
@@ -223,7 +226,8 @@ class SamplerChain:
 
 
 def resolve_seed(seed: int | None) -> int:
-    """A 32-bit seed for llama.cpp's RNG; a fresh random one when the request gives none."""
-    if seed is None:
+    """A 32-bit seed for llama.cpp's RNG; a fresh random one when the request gives none
+    or one below 0 (-1 is "random" to llama-server, Ollama and many clients)."""
+    if seed is None or seed < 0:
         return secrets.randbits(32) & 0xFFFFFFFE  # 0xFFFFFFFF means "random" to llama.cpp
     return seed & 0xFFFFFFFF
