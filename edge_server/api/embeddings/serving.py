@@ -21,6 +21,7 @@ from ...engine import Engine, EngineError
 from ...engine.embeddings.embedder import EmbeddingJob, EmbeddingPlan, EmbeddingsUnsupported
 from ..common.job_wait import await_job
 from ..common.model_bounds import ModelBounds
+from ..common.prompt_bounds import too_long
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, from_engine_error, invalid, unsupported
 from .protocol import EmbeddingRequest
@@ -34,11 +35,6 @@ MAX_REQUEST_TOKENS = 300_000
 class PreparedEmbedding:
     inputs: list[list[int]]
     tokens: int
-
-
-def _too_long(param: str, message: str) -> APIError:
-    return APIError(400, message, type="invalid_request_error", param=param,
-                    code="context_length_exceeded")
 
 
 def _check_fields(req: EmbeddingRequest, plan: EmbeddingPlan) -> None:
@@ -67,7 +63,7 @@ def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan,
             if truncate:
                 item = item[:most]  # more characters cannot fit: cut before tokenizing
             if len(item) > most or len(item.encode("utf-8", errors="surrogatepass")) > most:
-                raise _too_long(param, f"`{param}` is longer than any text that fits the "
+                raise too_long(param, f"`{param}` is longer than any text that fits the "
                                        f"embedding context of {limit} tokens")
             # Caller text is data: control-token text in it is read as plain text.
             tokens = engine.vocab.tokenize(item, add_special=True, parse_special=False)
@@ -75,18 +71,18 @@ def _tokenized(req: EmbeddingRequest, engine: Engine, plan: EmbeddingPlan,
             if truncate:
                 item = item[:limit]
             if len(item) > limit:
-                raise _too_long(param, f"`{param}` is {len(item)} tokens; this model embeds "
+                raise too_long(param, f"`{param}` is {len(item)} tokens; this model embeds "
                                        f"at most {limit} tokens per input")
             ModelBounds.of(engine).check_vocabulary(item, param)
             tokens = item
         if truncate:
             tokens = tokens[:limit]
         if len(tokens) > limit:
-            raise _too_long(param, f"`{param}` is {len(tokens)} tokens; this model embeds "
+            raise too_long(param, f"`{param}` is {len(tokens)} tokens; this model embeds "
                                    f"at most {limit} tokens per input")
         total += len(tokens)
         if total > MAX_REQUEST_TOKENS:
-            raise _too_long("input", f"the inputs hold more than {MAX_REQUEST_TOKENS} "
+            raise too_long("input", f"the inputs hold more than {MAX_REQUEST_TOKENS} "
                                      "tokens together; split them over several requests")
         inputs.append(tokens)
     return PreparedEmbedding(inputs, total)

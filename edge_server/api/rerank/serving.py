@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from ...engine import Engine, EngineError
 from ...engine.embeddings.embedder import EmbeddingJob, EmbeddingsUnsupported
 from ..common.job_wait import await_job
+from ..common.prompt_bounds import too_long
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, from_engine_error, invalid
 from .protocol import RerankRequest, RerankResponse, RerankResult, TeiRank, TextDocument
@@ -32,11 +33,6 @@ MAX_REQUEST_TOKENS = 300_000
 class PreparedRerank:
     pairs: list[list[int]]
     tokens: int
-
-
-def _too_long(param: str, message: str) -> APIError:
-    return APIError(400, message, type="invalid_request_error", param=param,
-                    code="context_length_exceeded")
 
 
 def _check_fields(req: RerankRequest) -> None:
@@ -57,13 +53,13 @@ def _pairs(req: RerankRequest, engine: Engine, n_ctx: int) -> PreparedRerank:
     def tokens_of(param: str, text: str) -> list[int]:
         # Sizes first: text that cannot fit is refused before it is tokenized.
         if len(text) > most_bytes or len(text.encode("utf-8", "surrogatepass")) > most_bytes:
-            raise _too_long(param, f"`{param}` is longer than any text that fits the "
+            raise too_long(param, f"`{param}` is longer than any text that fits the "
                                    f"reranker's context of {n_ctx} tokens")
         return layout.tokenize(text)
 
     query = tokens_of("query", req.query)
     if len(layout.pair(query, [])) >= n_ctx:
-        raise _too_long("query", f"`query` leaves no room for a document in the "
+        raise too_long("query", f"`query` leaves no room for a document in the "
                                  f"reranker's context of {n_ctx} tokens")
     pairs: list[list[int]] = []
     total = 0
@@ -73,11 +69,11 @@ def _pairs(req: RerankRequest, engine: Engine, n_ctx: int) -> PreparedRerank:
         if not pair:
             raise invalid(param, f"`{param}` and `query` make an empty sequence")
         if len(pair) > n_ctx:
-            raise _too_long(param, f"`{param}` with `query` is {len(pair)} tokens; this "
+            raise too_long(param, f"`{param}` with `query` is {len(pair)} tokens; this "
                                    f"reranker scores at most {n_ctx} tokens per pair")
         total += len(pair)
         if total > MAX_REQUEST_TOKENS:
-            raise _too_long(req.documents_param, f"the pairs hold more than "
+            raise too_long(req.documents_param, f"the pairs hold more than "
                             f"{MAX_REQUEST_TOKENS} tokens together; split the documents "
                             "over several requests")
         pairs.append(pair)
