@@ -4,12 +4,14 @@ a 503/429 for overload, or a well-formed answer; never a 5xx, a hang or a broken
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from fuzz_bounds import DETOKENIZE, TOKENIZE
+from fuzz_edges import APPLY_TEMPLATE, COUNT_TOKENS, INFILL
 from fuzz_strategies import (
     CHAT,
     COMPLETIONS,
@@ -25,6 +27,13 @@ from fuzz_strategies import (
 # --- judging answers ---------------------------------------------------------------------
 
 ERROR_KEYS = {"message", "type", "param", "code"}
+# SSE and NDJSON lines end at CR, LF or CRLF only: str.splitlines() also splits at
+# U+0085, U+2028 and others, which JSON strings may hold unescaped.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def text_lines(body: bytes) -> list[str]:
+    return _LINE_END.split(body.decode("utf-8", "replace"))
 
 
 @dataclass
@@ -51,11 +60,11 @@ def _error_of(body: bytes) -> dict[str, Any] | str:
 
 
 def _judge_stream(body: bytes, path: str) -> str | None:
-    events = [line[6:] for line in body.decode("utf-8", "replace").splitlines()
+    events = [line[6:] for line in text_lines(body)
               if line.startswith("data: ")]
     if path == RESPONSES:
         return _judge_response_events(events)
-    if path == NATIVE:
+    if path in (NATIVE, INFILL):
         return _judge_native_events(events)
     if not events or events[-1] != "[DONE]":
         return "stream did not end with [DONE]"
@@ -100,11 +109,11 @@ def _judge_response_events(events: list[str]) -> str | None:
     return None
 
 
-def _judge_messages(status: int, content_type: str, body: bytes) -> str | None:
+def _judge_messages(status: int, content_type: str, body: bytes, path: str) -> str | None:
     """The Anthropic door: its own answer, event and error shapes."""
     text = body.decode("utf-8", "replace")
     if status == 200 and content_type.startswith("text/event-stream"):
-        kinds = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+        kinds = [line[7:] for line in text_lines(body) if line.startswith("event: ")]
         if kinds[-1:] == ["error"]:
             return "server error inside the stream" if '"api_error"' in text else None
         return None if kinds[-1:] == ["message_stop"] else "stream did not end message_stop"
@@ -114,6 +123,9 @@ def _judge_messages(status: int, content_type: str, body: bytes) -> str | None:
         return f"HTTP {status}: answer is not JSON"
     if not isinstance(data, dict):
         return f"HTTP {status}: answer is not an object"
+    if status == 200 and path == COUNT_TOKENS:
+        ok = type(data.get("input_tokens")) is int
+        return None if ok else "200 answer has no input_tokens"
     if status == 200:
         ok = data.get("type") == "message" and isinstance(data.get("content"), list)
         return None if ok else "200 answer is not a message"
@@ -129,13 +141,12 @@ def _judge_messages(status: int, content_type: str, body: bytes) -> str | None:
 def _judge_ollama(status: int, content_type: str, body: bytes) -> str | None:
     """Ollama's door: NDJSON streams whose last line ends the answer or is an error line,
     JSON answers (or an empty 200), and errors as {"error": "..."}."""
-    text = body.decode("utf-8", "replace")
     if status == 200 and content_type.startswith("application/x-ndjson"):
         try:
-            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+            objects = [json.loads(line) for line in text_lines(body) if line.strip()]
         except ValueError:
             return "stream line is not JSON"
-        last = lines[-1] if lines and isinstance(lines[-1], dict) else {}
+        last = objects[-1] if objects and isinstance(objects[-1], dict) else {}
         if "error" in last:
             return "server error inside the stream" if "internal" in str(last["error"]) else None
         return None if last.get("done") is True else "stream did not end with done: true"
@@ -163,8 +174,8 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
     5xx is a failure, and so is any answer that is not what its status promises."""
     if b"Traceback (most recent call last)" in body:
         return "traceback in the answer"
-    if path == MESSAGES:
-        return _judge_messages(status, content_type, body)
+    if path in (MESSAGES, COUNT_TOKENS):
+        return _judge_messages(status, content_type, body, path)
     if path.startswith("/api/"):
         return _judge_ollama(status, content_type, body)
     if status == 200:
@@ -174,14 +185,15 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
             data = json.loads(body)
         except ValueError:
             return "200 answer is not JSON"
-        if path == NATIVE:
+        if path in (NATIVE, INFILL):
             results = data if isinstance(data, list) else [data]
             ok = bool(results) and all(isinstance(r, dict) and isinstance(r.get("content"), str)
                                        for r in results)
             return None if ok else "200 answer has no content"
-        if path == DETOKENIZE:
-            ok = isinstance(data, dict) and isinstance(data.get("content"), str)
-            return None if ok else "200 answer has no content"
+        if path in (DETOKENIZE, APPLY_TEMPLATE):
+            key = "content" if path == DETOKENIZE else "prompt"
+            ok = isinstance(data, dict) and isinstance(data.get(key), str)
+            return None if ok else f"200 answer has no {key}"
         key = {RESPONSES: "output", EMBEDDINGS: "data", TOKENIZE: "tokens"}.get(path, "choices")
         ok = isinstance(data, dict) and isinstance(data.get(key), list)
         return None if ok else f"200 answer has no {key}"

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import fuzz_bounds as fb
 import fuzz_cases as fc
+import fuzz_edges as fe
 import fuzz_judge as fj
 import fuzz_nested as fn
 import fuzz_ollama as fo
@@ -137,6 +139,26 @@ def test_fuzz_ollama(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 def test_fuzz_memory_bounds(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                             case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
+
+
+@pytest.fixture(scope="module")
+def edge_setting(fuzz_server: RunningServer) -> tuple[dict[str, Any], fe.ModelLimits]:
+    # The fields from the server's own request schemas, n_ctx and n_vocab from its model.
+    return fe.read_spec(fuzz_server.base_url), fe.read_limits(fuzz_server.base_url)
+
+
+@pytest.mark.parametrize("door", fe.DOORS)
+def test_fuzz_edge_values(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                          edge_setting: tuple[dict[str, Any], fe.ModelLimits],
+                          door: str) -> None:
+    """Every numeric field of the door takes an edge value (0, -1, 2^31, 2^63, n_ctx±1,
+    n_vocab±1, 5e-324, 1e309, "NaN", ...) and every edge value goes into a field, on a
+    server whose address space is capped: each answer is one the server may give."""
+    spec, limits = edge_setting
+    cases = fe.covering_cases(spec, limits, door)
+    assert cases, f"no numeric field found for {door}"
+    for case in cases:
+        check(fuzz_server, fuzz_client, case)
 
 
 def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:
