@@ -43,37 +43,42 @@ COUNT_TOKENS = "/v1/messages/count_tokens"
 APPLY_TEMPLATE = "/apply-template"
 
 _HELLO = [{"role": "user", "content": "Hi"}]
-# Generation ends at the first space, so that an edge value asking for the whole context
-# is answered in a few tokens: what is checked is how each number is taken (refused,
-# clamped, handed to the sampler), not how long a long answer takes (the campaign's
-# other generators ask for those). Responses has no stop field: its base is greedy, and
-# a greedy answer to "Hi" is a short sentence.
-_STOP = [" ", "\n"]
+# Every generating door's base asks for a JSON string of at most 4 characters (each door
+# in its own way), so that an edge value asking for the whole context is answered in a
+# few tokens whatever the sampler draws: what is checked is how each number is taken
+# (refused, clamped, handed to the sampler), not how long a long answer takes (the
+# campaign's other generators ask for those).
+_SHORT = {"type": "string", "maxLength": 4}
+_SHORT_FORMAT = {"format": {"type": "json_schema", "name": "out", "schema": _SHORT}}
 # Each door's smallest valid request, answered in a token or two; an edge value then
 # replaces (or adds) one field of it.
 BASE_BODIES: dict[str, dict[str, Any]] = {
-    COMPLETIONS: {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "stop": _STOP},
-    CHAT: {"model": MODEL, "messages": _HELLO, "max_tokens": 2, "stop": _STOP},
-    RESPONSES: {"model": MODEL, "input": "Hi", "max_output_tokens": 2, "temperature": 0},
+    COMPLETIONS: {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "json_schema": _SHORT},
+    CHAT: {"model": MODEL, "messages": _HELLO, "max_tokens": 2, "json_schema": _SHORT},
+    RESPONSES: {"model": MODEL, "input": "Hi", "max_output_tokens": 2, "text": _SHORT_FORMAT},
     EMBEDDINGS: {"model": MODEL, "input": "Hi"},
-    MESSAGES: {"model": MODEL, "messages": _HELLO, "max_tokens": 2, "stop_sequences": _STOP},
+    MESSAGES: {"model": MODEL, "messages": _HELLO, "max_tokens": 2, "output_config": {
+        "format": {"type": "json_schema", "schema": _SHORT}}},
     COUNT_TOKENS: {"model": MODEL, "messages": _HELLO},
-    OLLAMA_GENERATE: {"model": MODEL, "prompt": "Hi", "stream": False,
-                      "options": {"num_predict": 2, "stop": _STOP}},
+    OLLAMA_GENERATE: {"model": MODEL, "prompt": "Hi", "stream": False, "format": _SHORT,
+                      "options": {"num_predict": 2}},
     # A replayed call first: the numbers of its messages go there.
-    OLLAMA_CHAT: {"model": MODEL, "stream": False, "options": {"num_predict": 2, "stop": _STOP},
+    OLLAMA_CHAT: {"model": MODEL, "stream": False, "format": _SHORT,
+                  "options": {"num_predict": 2},
                   "messages": [{"role": "assistant", "content": "", "tool_calls": [
                       {"function": {"name": "f", "arguments": {}}}]}, *_HELLO]},
     OLLAMA_EMBED: {"model": MODEL, "input": "Hi"},
     OLLAMA_EMBEDDINGS: {"model": MODEL, "prompt": "Hi"},
-    NATIVE: {"model": MODEL, "prompt": "Hi", "n_predict": 2, "stop": _STOP},
+    NATIVE: {"model": MODEL, "prompt": "Hi", "n_predict": 2, "json_schema": _SHORT},
     INFILL: {"model": MODEL, "input_prefix": "def f(", "input_suffix": ")", "n_predict": 2,
-             "stop": _STOP},
+             "json_schema": _SHORT},
     TOKENIZE: {"model": MODEL, "content": "Hi"},
     DETOKENIZE: {"model": MODEL, "tokens": [1]},
     APPLY_TEMPLATE: {"model": MODEL, "messages": _HELLO},
 }
 DOORS = tuple(BASE_BODIES)
+STREAMING = {COMPLETIONS, CHAT, RESPONSES, MESSAGES, OLLAMA_GENERATE, OLLAMA_CHAT, NATIVE,
+             INFILL}
 
 # Numbers the schemas do not type. llama-server's fields that the OpenAI doors accept
 # at a neutral value only (edge_server/api/common/llama_fields.py):
@@ -231,10 +236,12 @@ def place(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 def edge_cases(spec: dict[str, Any], limits: ModelLimits) -> list[Case]:
-    """Every edge value in every numeric field of every door: one case each."""
+    """Every edge value in every numeric field of every door: one case each (every
+    other one streamed, where the door streams)."""
     fields = numeric_fields(spec)
-    return [_case(door, path, value) for door in DOORS
-            for path, value in itertools.product(fields[door], edge_values(limits))]
+    return [_case(door, path, value, i % 2 == 1) for door in DOORS
+            for i, (path, value) in enumerate(itertools.product(fields[door],
+                                                                edge_values(limits)))]
 
 
 def covering_cases(spec: dict[str, Any], limits: ModelLimits, door: str,
@@ -244,12 +251,14 @@ def covering_cases(spec: dict[str, Any], limits: ModelLimits, door: str,
     fields = numeric_fields(spec)[door]
     values = edge_values(limits)
     width = max(len(fields), len(values))
-    return [_case(door, fields[i % len(fields)], values[(i + 7 * r) % len(values)])
-            for r in range(rounds) for i in range(width)]
+    return [_case(door, fields[i % len(fields)], values[(i + 7 * r) % len(values)],
+                  (i + r) % 2 == 1) for r in range(rounds) for i in range(width)]
 
 
-def _case(door: str, path: str, value: Any) -> Case:
+def _case(door: str, path: str, value: Any, stream: bool) -> Case:
     body = place(BASE_BODIES[door], path, value)
+    if door in STREAMING:
+        body["stream"] = stream
     return Case(door, dumps(body).encode(), f"edge {path}")
 
 

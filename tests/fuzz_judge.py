@@ -36,6 +36,16 @@ def text_lines(body: bytes) -> list[str]:
     return _LINE_END.split(body.decode("utf-8", "replace"))
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(text: str | bytes) -> Any:
+    """JSON as a strict client reads it: NaN and Infinity, which Python's json module
+    writes and reads, fail it as any other text that is not JSON."""
+    return json.loads(text, parse_constant=_not_json)
+
+
 @dataclass
 class Result:
     case: Case
@@ -48,7 +58,7 @@ class Result:
 def _error_of(body: bytes) -> dict[str, Any] | str:
     """The error object of an error answer, or what is wrong with its shape."""
     try:
-        data = json.loads(body)
+        data = strict_json(body)
     except ValueError:
         return "error answer is not JSON"
     error = data.get("error") if isinstance(data, dict) else None
@@ -70,7 +80,7 @@ def _judge_stream(body: bytes, path: str) -> str | None:
         return "stream did not end with [DONE]"
     for event in events[:-1]:
         try:
-            data = json.loads(event)
+            data = strict_json(event)
         except ValueError:
             return "stream event is not JSON"
         error = data.get("error") if isinstance(data, dict) else None
@@ -83,7 +93,7 @@ def _judge_native_events(events: list[str]) -> str | None:
     """llama-server's native stream: no [DONE]; it ends with a whole result (stop: true),
     or with an error event (then [DONE], as every stream of the OpenAI routes)."""
     try:
-        data = [json.loads(event) for event in events if event != "[DONE]"]
+        data = [strict_json(event) for event in events if event != "[DONE]"]
     except ValueError:
         return "stream event is not JSON"
     last = data[-1] if data and isinstance(data[-1], dict) else {}
@@ -98,7 +108,7 @@ def _judge_native_events(events: list[str]) -> str | None:
 def _judge_response_events(events: list[str]) -> str | None:
     """A Responses stream ends with its final response, or with an error event."""
     try:
-        data = [json.loads(event) for event in events]
+        data = [strict_json(event) for event in events]
     except ValueError:
         return "stream event is not JSON"
     last = data[-1] if data and isinstance(data[-1], dict) else {}
@@ -118,7 +128,7 @@ def _judge_messages(status: int, content_type: str, body: bytes, path: str) -> s
             return "server error inside the stream" if '"api_error"' in text else None
         return None if kinds[-1:] == ["message_stop"] else "stream did not end message_stop"
     try:
-        data = json.loads(body)
+        data = strict_json(body)
     except ValueError:
         return f"HTTP {status}: answer is not JSON"
     if not isinstance(data, dict):
@@ -143,7 +153,7 @@ def _judge_ollama(status: int, content_type: str, body: bytes) -> str | None:
     JSON answers (or an empty 200), and errors as {"error": "..."}."""
     if status == 200 and content_type.startswith("application/x-ndjson"):
         try:
-            objects = [json.loads(line) for line in text_lines(body) if line.strip()]
+            objects = [strict_json(line) for line in text_lines(body) if line.strip()]
         except ValueError:
             return "stream line is not JSON"
         last = objects[-1] if objects and isinstance(objects[-1], dict) else {}
@@ -152,12 +162,12 @@ def _judge_ollama(status: int, content_type: str, body: bytes) -> str | None:
         return None if last.get("done") is True else "stream did not end with done: true"
     if status == 200:
         try:
-            data = json.loads(body) if body else {}
+            data = strict_json(body) if body else {}
         except ValueError:
             return "200 answer is not JSON"
         return None if isinstance(data, dict) else "200 answer is not an object"
     try:
-        data = json.loads(body)
+        data = strict_json(body)
     except ValueError:
         return f"HTTP {status}: answer is not JSON"
     if (not isinstance(data, dict) or set(data) != {"error"}
@@ -182,7 +192,7 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
         if content_type.startswith("text/event-stream"):
             return _judge_stream(body, path)
         try:
-            data = json.loads(body)
+            data = strict_json(body)
         except ValueError:
             return "200 answer is not JSON"
         if path in (NATIVE, INFILL):
