@@ -7,6 +7,7 @@ afterwards. scripts/fuzz.py runs the same generators for far longer."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -164,6 +165,21 @@ def test_fuzz_edge_values(fuzz_server: RunningServer, fuzz_client: httpx.Client,
             # limit of an answer (a load measures decode steps: slow on a busy machine).
             fuzz_client.post("/api/generate", timeout=180, json={
                 "model": fs.MODEL, "prompt": "", "stream": False})
+
+
+@pytest.mark.parametrize("separator", ["\n", "\r\n", "\r"])
+def test_judge_splits_stream_lines_at_cr_lf_only(separator: str) -> None:
+    """U+0085, U+2028 and U+2029 may stand unescaped in a JSON string of a stream line:
+    they end no line (str.splitlines() would split there and call the line broken)."""
+    text = "a\u0085b\u2028c\u2029d\x1ce"
+    ndjson = separator.join(json.dumps(line, ensure_ascii=False) for line in [
+        {"response": text, "done": False}, {"response": "", "done": True}]) + separator
+    assert fj.judge(200, "application/x-ndjson", ndjson.encode(), "/api/generate") is None
+    sse = separator.join(f"data: {json.dumps(event, ensure_ascii=False)}{separator}"
+                         for event in [{"choices": [{"text": text}]}]) + "data: [DONE]"
+    assert fj.judge(200, "text/event-stream", sse.encode(), fs.COMPLETIONS) is None
+    assert fj.judge(200, "application/json", b'{"choices": [NaN]}', fs.COMPLETIONS) \
+        == "200 answer is not JSON"
 
 
 def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:
