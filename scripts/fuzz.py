@@ -3,6 +3,11 @@ for many more requests, with figures at the end.
 
     .venv/bin/python scripts/fuzz.py --requests 10000              # starts its own server
     .venv/bin/python scripts/fuzz.py --base-url http://127.0.0.1:8080 --time-limit 600
+    .venv/bin/python scripts/fuzz.py --edge-share 1 --requests 11000   # every edge case
+
+A share of the requests (--edge-share) are edge cases (tests/fuzz_edges.py): every
+numeric field of every door at the bounds of C types and of the model served, taken in
+a shuffled order that goes through all of them before repeating one.
 
 Traffic goes to 127.0.0.1 only. Exits 1 when any answer was a failure (see `judge` in
 tests/fuzz_judge.py) or the server is not serving at the end; failing bodies are
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import queue
 import sys
 import tempfile
@@ -26,6 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_bounds as fb  # noqa: E402
 import fuzz_cases as fc  # noqa: E402
+import fuzz_edges as fe  # noqa: E402
 import fuzz_judge as fj  # noqa: E402
 import fuzz_nested as fn  # noqa: E402
 import fuzz_ollama as fo  # noqa: E402
@@ -49,9 +56,29 @@ class Campaign:
         self.statuses: collections.Counter[str] = collections.Counter()
         self.kinds: collections.Counter[str] = collections.Counter()
         self.failures: list[fj.Result] = []
-        self.slowest = 0.0
+        self.slowest: list[tuple[float, str, str]] = []  # (seconds, path, kind)
         self.stop = threading.Event()
         self.started = time.monotonic()
+        self.edges = self._edge_cases()
+        self.edge_credit = 0.0
+
+    def _edge_cases(self) -> itertools.cycle[fs.Case] | None:
+        if self.args.edge_share <= 0:
+            return None
+        limits = fe.read_limits(self.base_url)
+        cases = [case for case in fe.edge_cases(fe.read_spec(self.base_url), limits)
+                 if case.kind.removeprefix("edge ") not in self.args.edge_skip]
+        print(f"edge cases: {len(cases)} (n_ctx {limits.n_ctx}, n_vocab {limits.n_vocab})",
+              flush=True)
+        return itertools.cycle(fe.shuffled(cases, self.args.seed))
+
+    def with_edges(self, drawn: fs.Case) -> fs.Case:
+        """The drawn case, or in its place the next edge case (--edge-share of them)."""
+        self.edge_credit += self.args.edge_share
+        if self.edges is None or self.edge_credit < 1:
+            return drawn
+        self.edge_credit -= 1
+        return next(self.edges)
 
     def generate(self) -> None:
         """Feeds generated cases to the workers until the count or the time is used up."""
@@ -69,7 +96,7 @@ class Campaign:
                 self.stop.set()
                 return
             budget["left"] -= 1
-            self.work.put(case)
+            self.work.put(self.with_edges(case))
 
         try:
             produce()
@@ -88,10 +115,11 @@ class Campaign:
     def record(self, result: fj.Result) -> None:
         with self.lock:
             self.sent[result.case.path] += 1
-            self.kinds[result.case.kind] += 1
+            self.kinds[result.case.kind.split()[0]] += 1  # "edge <field>": "edge"
             label = str(result.status) if result.status is not None else result.failure
             self.statuses[str(label)] += 1
-            self.slowest = max(self.slowest, result.seconds)
+            self.slowest = sorted([*self.slowest, (result.seconds, result.case.path,
+                                                   result.case.kind)], reverse=True)[:5]
             if result.failure is not None:
                 self.failures.append(result)
                 print(f"FAIL {result.failure}: {result.case.path} {result.case.excerpt(300)}",
@@ -125,8 +153,14 @@ class Campaign:
         print(f"statuses: {dict(sorted(self.statuses.items()))}")
         print(f"5xx answers: {fivexx}   timeouts: {by_reason['timeout']}   "
               f"dropped connections: {by_reason['dropped connection']}   "
-              f"slowest answer: {self.slowest:.1f}s")
+              f"slowest answer: {self.slowest[0][0] if self.slowest else 0:.1f}s")
+        print("slowest: " + ", ".join(f"{s:.1f}s {path} ({kind})"
+                                      for s, path, kind in self.slowest))
         print(f"failures: {len(self.failures)} {dict(by_reason)}")
+        edge_fields = collections.Counter(f"{r.case.path} {r.case.kind[5:]}"
+                                          for r in self.failures if r.case.kind.startswith("edge "))
+        if edge_fields:
+            print(f"failing edge fields: {dict(edge_fields)}")
         print(f"server alive at the end: {'yes' if problem is None else 'NO: ' + problem}")
         if self.server is not None:
             print(f"tracebacks in the server log: {self.server.log_text().count('Traceback')}"
@@ -154,6 +188,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="of the server started here")
     parser.add_argument("--memory-limit-mb", type=int, default=3072,
                         help="address-space cap of the server started here")
+    parser.add_argument("--edge-share", type=float, default=0.25,
+                        help="share of the requests that are edge cases (0 to 1)")
+    parser.add_argument("--edge-skip", type=lambda v: set(v.split(",")), default=set(),
+                        help="numeric fields left out of the edge cases, comma-separated "
+                             "as the report names them (options.repeat_last_n,n_probs)")
     parser.add_argument("--show", type=int, default=30, help="failing bodies printed")
     parser.add_argument("--save-dir", type=Path, help="write every failing body here")
     args = parser.parse_args()

@@ -4,12 +4,14 @@ a 503/429 for overload, or a well-formed answer; never a 5xx, a hang or a broken
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from fuzz_bounds import DETOKENIZE, TOKENIZE
+from fuzz_edges import APPLY_TEMPLATE, COUNT_TOKENS, INFILL
 from fuzz_strategies import (
     CHAT,
     COMPLETIONS,
@@ -25,6 +27,23 @@ from fuzz_strategies import (
 # --- judging answers ---------------------------------------------------------------------
 
 ERROR_KEYS = {"message", "type", "param", "code"}
+# SSE and NDJSON lines end at CR, LF or CRLF only: str.splitlines() also splits at
+# U+0085, U+2028 and others, which JSON strings may hold unescaped.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def text_lines(body: bytes) -> list[str]:
+    return _LINE_END.split(body.decode("utf-8", "replace"))
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(text: str | bytes) -> Any:
+    """JSON as a strict client reads it: NaN and Infinity, which Python's json module
+    writes and reads, fail it as any other text that is not JSON."""
+    return json.loads(text, parse_constant=_not_json)
 
 
 @dataclass
@@ -39,7 +58,7 @@ class Result:
 def _error_of(body: bytes) -> dict[str, Any] | str:
     """The error object of an error answer, or what is wrong with its shape."""
     try:
-        data = json.loads(body)
+        data = strict_json(body)
     except ValueError:
         return "error answer is not JSON"
     error = data.get("error") if isinstance(data, dict) else None
@@ -51,17 +70,17 @@ def _error_of(body: bytes) -> dict[str, Any] | str:
 
 
 def _judge_stream(body: bytes, path: str) -> str | None:
-    events = [line[6:] for line in body.decode("utf-8", "replace").splitlines()
+    events = [line[6:] for line in text_lines(body)
               if line.startswith("data: ")]
     if path == RESPONSES:
         return _judge_response_events(events)
-    if path == NATIVE:
+    if path in (NATIVE, INFILL):
         return _judge_native_events(events)
     if not events or events[-1] != "[DONE]":
         return "stream did not end with [DONE]"
     for event in events[:-1]:
         try:
-            data = json.loads(event)
+            data = strict_json(event)
         except ValueError:
             return "stream event is not JSON"
         error = data.get("error") if isinstance(data, dict) else None
@@ -74,7 +93,7 @@ def _judge_native_events(events: list[str]) -> str | None:
     """llama-server's native stream: no [DONE]; it ends with a whole result (stop: true),
     or with an error event (then [DONE], as every stream of the OpenAI routes)."""
     try:
-        data = [json.loads(event) for event in events if event != "[DONE]"]
+        data = [strict_json(event) for event in events if event != "[DONE]"]
     except ValueError:
         return "stream event is not JSON"
     last = data[-1] if data and isinstance(data[-1], dict) else {}
@@ -89,7 +108,7 @@ def _judge_native_events(events: list[str]) -> str | None:
 def _judge_response_events(events: list[str]) -> str | None:
     """A Responses stream ends with its final response, or with an error event."""
     try:
-        data = [json.loads(event) for event in events]
+        data = [strict_json(event) for event in events]
     except ValueError:
         return "stream event is not JSON"
     last = data[-1] if data and isinstance(data[-1], dict) else {}
@@ -100,20 +119,23 @@ def _judge_response_events(events: list[str]) -> str | None:
     return None
 
 
-def _judge_messages(status: int, content_type: str, body: bytes) -> str | None:
+def _judge_messages(status: int, content_type: str, body: bytes, path: str) -> str | None:
     """The Anthropic door: its own answer, event and error shapes."""
     text = body.decode("utf-8", "replace")
     if status == 200 and content_type.startswith("text/event-stream"):
-        kinds = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+        kinds = [line[7:] for line in text_lines(body) if line.startswith("event: ")]
         if kinds[-1:] == ["error"]:
             return "server error inside the stream" if '"api_error"' in text else None
         return None if kinds[-1:] == ["message_stop"] else "stream did not end message_stop"
     try:
-        data = json.loads(body)
+        data = strict_json(body)
     except ValueError:
         return f"HTTP {status}: answer is not JSON"
     if not isinstance(data, dict):
         return f"HTTP {status}: answer is not an object"
+    if status == 200 and path == COUNT_TOKENS:
+        ok = type(data.get("input_tokens")) is int
+        return None if ok else "200 answer has no input_tokens"
     if status == 200:
         ok = data.get("type") == "message" and isinstance(data.get("content"), list)
         return None if ok else "200 answer is not a message"
@@ -129,24 +151,23 @@ def _judge_messages(status: int, content_type: str, body: bytes) -> str | None:
 def _judge_ollama(status: int, content_type: str, body: bytes) -> str | None:
     """Ollama's door: NDJSON streams whose last line ends the answer or is an error line,
     JSON answers (or an empty 200), and errors as {"error": "..."}."""
-    text = body.decode("utf-8", "replace")
     if status == 200 and content_type.startswith("application/x-ndjson"):
         try:
-            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+            objects = [strict_json(line) for line in text_lines(body) if line.strip()]
         except ValueError:
             return "stream line is not JSON"
-        last = lines[-1] if lines and isinstance(lines[-1], dict) else {}
+        last = objects[-1] if objects and isinstance(objects[-1], dict) else {}
         if "error" in last:
             return "server error inside the stream" if "internal" in str(last["error"]) else None
         return None if last.get("done") is True else "stream did not end with done: true"
     if status == 200:
         try:
-            data = json.loads(body) if body else {}
+            data = strict_json(body) if body else {}
         except ValueError:
             return "200 answer is not JSON"
         return None if isinstance(data, dict) else "200 answer is not an object"
     try:
-        data = json.loads(body)
+        data = strict_json(body)
     except ValueError:
         return f"HTTP {status}: answer is not JSON"
     if (not isinstance(data, dict) or set(data) != {"error"}
@@ -163,25 +184,26 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
     5xx is a failure, and so is any answer that is not what its status promises."""
     if b"Traceback (most recent call last)" in body:
         return "traceback in the answer"
-    if path == MESSAGES:
-        return _judge_messages(status, content_type, body)
+    if path in (MESSAGES, COUNT_TOKENS):
+        return _judge_messages(status, content_type, body, path)
     if path.startswith("/api/"):
         return _judge_ollama(status, content_type, body)
     if status == 200:
         if content_type.startswith("text/event-stream"):
             return _judge_stream(body, path)
         try:
-            data = json.loads(body)
+            data = strict_json(body)
         except ValueError:
             return "200 answer is not JSON"
-        if path == NATIVE:
+        if path in (NATIVE, INFILL):
             results = data if isinstance(data, list) else [data]
             ok = bool(results) and all(isinstance(r, dict) and isinstance(r.get("content"), str)
                                        for r in results)
             return None if ok else "200 answer has no content"
-        if path == DETOKENIZE:
-            ok = isinstance(data, dict) and isinstance(data.get("content"), str)
-            return None if ok else "200 answer has no content"
+        if path in (DETOKENIZE, APPLY_TEMPLATE):
+            key = "content" if path == DETOKENIZE else "prompt"
+            ok = isinstance(data, dict) and isinstance(data.get(key), str)
+            return None if ok else f"200 answer has no {key}"
         key = {RESPONSES: "output", EMBEDDINGS: "data", TOKENIZE: "tokens"}.get(path, "choices")
         ok = isinstance(data, dict) and isinstance(data.get(key), list)
         return None if ok else f"200 answer has no {key}"

@@ -7,11 +7,14 @@ afterwards. scripts/fuzz.py runs the same generators for far longer."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import fuzz_bounds as fb
 import fuzz_cases as fc
+import fuzz_edges as fe
 import fuzz_judge as fj
 import fuzz_nested as fn
 import fuzz_ollama as fo
@@ -137,6 +140,46 @@ def test_fuzz_ollama(fuzz_server: RunningServer, fuzz_client: httpx.Client,
 def test_fuzz_memory_bounds(fuzz_server: RunningServer, fuzz_client: httpx.Client,
                             case: fs.Case) -> None:
     check(fuzz_server, fuzz_client, case)
+
+
+@pytest.fixture(scope="module")
+def edge_setting(fuzz_server: RunningServer) -> tuple[dict[str, Any], fe.ModelLimits]:
+    # The fields from the server's own request schemas, n_ctx and n_vocab from its model.
+    return fe.read_spec(fuzz_server.base_url), fe.read_limits(fuzz_server.base_url)
+
+
+@pytest.mark.parametrize("door", fe.DOORS)
+def test_fuzz_edge_values(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                          edge_setting: tuple[dict[str, Any], fe.ModelLimits],
+                          door: str) -> None:
+    """Every numeric field of the door takes an edge value (0, -1, 2^31, 2^63, n_ctx±1,
+    n_vocab±1, 5e-324, 1e309, "NaN", ...) and every edge value goes into a field, on a
+    server whose address space is capped: each answer is one the server may give."""
+    spec, limits = edge_setting
+    cases = fe.covering_cases(spec, limits, door, rounds=3)
+    assert cases, f"no numeric field found for {door}"
+    for case in cases:
+        check(fuzz_server, fuzz_client, case)
+        if case.kind.endswith("keep_alive"):
+            # keep_alive 0 unloads the model: it loads again here, outside the time
+            # limit of an answer (a load measures decode steps: slow on a busy machine).
+            fuzz_client.post("/api/generate", timeout=180, json={
+                "model": fs.MODEL, "prompt": "", "stream": False})
+
+
+@pytest.mark.parametrize("separator", ["\n", "\r\n", "\r"])
+def test_judge_splits_stream_lines_at_cr_lf_only(separator: str) -> None:
+    """U+0085, U+2028 and U+2029 may stand unescaped in a JSON string of a stream line:
+    they end no line (str.splitlines() would split there and call the line broken)."""
+    text = "a\u0085b\u2028c\u2029d\x1ce"
+    ndjson = separator.join(json.dumps(line, ensure_ascii=False) for line in [
+        {"response": text, "done": False}, {"response": "", "done": True}]) + separator
+    assert fj.judge(200, "application/x-ndjson", ndjson.encode(), "/api/generate") is None
+    sse = separator.join(f"data: {json.dumps(event, ensure_ascii=False)}{separator}"
+                         for event in [{"choices": [{"text": text}]}]) + "data: [DONE]"
+    assert fj.judge(200, "text/event-stream", sse.encode(), fs.COMPLETIONS) is None
+    assert fj.judge(200, "application/json", b'{"choices": [NaN]}', fs.COMPLETIONS) \
+        == "200 answer is not JSON"
 
 
 def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:

@@ -37,8 +37,8 @@ def check_new_name(name: str, saved: int) -> None:
         raise invalid("model", f"a model name has at most {MAX_NAME_CHARS} printable "
                       "characters and no spaces")
     if saved >= MAX_SAVED:
-        raise APIError(400, f"this server keeps at most {MAX_SAVED} models made by /api/copy "
-                       "and /api/create; delete one first", code="too_many_models")
+        raise APIError(409, f"this server keeps at most {MAX_SAVED} models made by /api/copy "
+                       "and /api/create; delete one first", code="too_many_names")
 
 
 @dataclass

@@ -16,6 +16,12 @@ from ..backend.llama_model import Vocab
 # them overflows float32 to infinities, whose softmax is NaN (llama.cpp's chain then
 # draws an arbitrary token). Above it, logits up to 1e8 apart stay finite when divided.
 MIN_TEMPERATURE = 1e-30
+# Repetition penalties below this act as it does, their limit: a repeated token's
+# positive logit, divided by it, already outweighs every other token. Smaller ones
+# overflow float32 to infinities (below 1e-38 they are 0 as a float32), whose softmax is
+# NaN: llama.cpp's chain then draws an arbitrary token, and a grammar handed it aborts
+# the process.
+MIN_REPETITION_PENALTY = 1e-3
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ class SamplerChain:
                 lc.llama_sampler_init_penalties(
                     vocab.n_tokens,
                     window,
-                    p.repetition_penalty,
+                    max(p.repetition_penalty, MIN_REPETITION_PENALTY),
                     p.frequency_penalty,
                     p.presence_penalty,
                 )
