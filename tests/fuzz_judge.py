@@ -8,6 +8,7 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import httpx
 from fuzz_bounds import DETOKENIZE, TOKENIZE
@@ -235,7 +236,9 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT,
     error = _error_of(body)
     if isinstance(error, str):
         return f"HTTP {status}: {error}"
-    overload = error["type"] == "server_overloaded" or error["code"] == "model_unavailable"
+    # no_slot_available: /slots?fail_on_no_slot=1 while every slot is busy (llama-server's)
+    overload = (error["type"] == "server_overloaded"
+                or error["code"] in ("model_unavailable", "no_slot_available"))
     if status >= 500 and not (status == 503 and overload):
         return f"HTTP {status}"
     return None
@@ -262,10 +265,21 @@ def exchange(client: httpx.Client, case: Case, timeout: float = TIMEOUT_S) -> Re
                       f"{type(exc).__name__}: {exc}")
     body = b"".join(parts)
     STORED_IDS.harvest(case, r.status_code, body)
+    if _slash_redirect(case.path, r.status_code, r.headers.get("location", "")):
+        return Result(case, r.status_code, time.monotonic() - started, None, "")
     failure = judge(r.status_code, r.headers.get("content-type", ""), body,
                     case.route or case.path, case.method)
     return Result(case, r.status_code, time.monotonic() - started, failure,
                   body[:300].decode("utf-8", "replace"))
+
+
+def _slash_redirect(path: str, status: int, location: str) -> bool:
+    """Starlette's answer to a route's path with slashes after it (an empty id, as in
+    GET /v1/responses/): a redirect to the route itself, as for every route."""
+    target = urlsplit(location).path
+    asked = unquote(path.split("?")[0])
+    return (status in (307, 308) and bool(target) and asked.startswith(target)
+            and not asked[len(target):].strip("/"))
 
 
 def new_client(base_url: str) -> httpx.Client:

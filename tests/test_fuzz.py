@@ -196,6 +196,25 @@ def test_judge_splits_stream_lines_at_cr_lf_only(separator: str) -> None:
         == "200 answer is not JSON"
 
 
+def test_judge_reads_the_answers_of_routes_beside_generation() -> None:
+    """Bodiless HEAD and 201 answers, /api/create's stream, a deletion, bare lists and
+    /slots' 503 are answers; a 5xx of any other kind stays a failure."""
+    busy = (b'{"error":{"message":"no slot available","type":"unavailable_error",'
+            b'"param":null,"code":"no_slot_available"}}')
+    assert fj.judge(503, "application/json", busy, fx.SLOTS, "GET") is None
+    assert fj.judge(404, "", b"", fo.BLOBS, "HEAD") is None
+    assert fj.judge(500, "", b"", fo.BLOBS, "HEAD") == "HTTP 500"
+    assert fj.judge(201, "", b"", fo.BLOBS) is None
+    assert fj.judge(200, "application/x-ndjson", b'{"status":"writing"}\n{"status":"success"}',
+                    fo.CREATE) is None
+    assert fj.judge(200, "application/json", b'{"id":"r","deleted":true}', fst.STORED,
+                    "DELETE") is None
+    assert fj.judge(200, "application/json", b'[{"index":0,"score":1.0}]', "/rerank") is None
+    assert fj.judge(200, "application/json", b'{"data":[]}', fst.INPUT_ITEMS, "GET") is None
+    assert fj.judge(500, "application/json", busy.replace(b"no_slot", b"x"), fx.SLOTS,
+                    "GET") == "HTTP 500"
+
+
 def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:
     assert fj.server_problem(fuzz_server.base_url) is None
     log = fuzz_server.log_text()
