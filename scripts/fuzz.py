@@ -5,6 +5,10 @@ for many more requests, with figures at the end.
     .venv/bin/python scripts/fuzz.py --base-url http://127.0.0.1:8080 --time-limit 600
     .venv/bin/python scripts/fuzz.py --edge-share 1 --requests 11000   # every edge case
 
+A share of the requests (--route-share) go to the routes beside generation: rerank,
+stored Responses (previous_response_id; GET, DELETE and input_items of stored and junk
+ids), Ollama's /api/create and /api/blobs, GET /slots and /tokenize with_pieces.
+
 A share of the requests (--edge-share) are edge cases (tests/fuzz_edges.py): every
 numeric field of every door at the bounds of C types and of the model served, taken in
 a shuffled order that goes through all of them before repeating one.
@@ -33,9 +37,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 import fuzz_bounds as fb  # noqa: E402
 import fuzz_cases as fc  # noqa: E402
 import fuzz_edges as fe  # noqa: E402
+import fuzz_extras as fx  # noqa: E402
 import fuzz_judge as fj  # noqa: E402
 import fuzz_nested as fn  # noqa: E402
 import fuzz_ollama as fo  # noqa: E402
+import fuzz_stored as fst  # noqa: E402
 import fuzz_strategies as fs  # noqa: E402
 from conftest import RunningServer, loopback_url, start_server, stop_server  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
@@ -61,6 +67,7 @@ class Campaign:
         self.started = time.monotonic()
         self.edges = self._edge_cases()
         self.edge_credit = 0.0
+        self.route_credit = 0.0
 
     def _edge_cases(self) -> itertools.cycle[fs.Case] | None:
         if self.args.edge_share <= 0:
@@ -80,6 +87,15 @@ class Campaign:
         self.edge_credit -= 1
         return next(self.edges)
 
+    def with_routes(self, drawn: fs.Case, beside: fs.Case) -> fs.Case:
+        """The drawn case, or in its place one to a route beside generation
+        (--route-share of them)."""
+        self.route_credit += self.args.route_share
+        if self.route_credit < 1:
+            return drawn
+        self.route_credit -= 1
+        return beside
+
     def generate(self) -> None:
         """Feeds generated cases to the workers until the count or the time is used up."""
         budget = {"left": self.args.requests}
@@ -88,15 +104,16 @@ class Campaign:
                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
         @seed(self.args.seed)
         @given(st.one_of(fc.all_cases(), fo.ollama_cases(), fb.bound_cases(),
-                         fn.nested_tool_cases()))
-        def produce(case: fs.Case) -> None:
+                         fn.nested_tool_cases()),
+               st.one_of(fx.extra_cases(), fst.stored_cases(), fo.model_file_cases()))
+        def produce(case: fs.Case, beside: fs.Case) -> None:
             if budget["left"] <= 0 or self.stop.is_set():
                 return
             if time.monotonic() - self.started > self.args.time_limit:
                 self.stop.set()
                 return
             budget["left"] -= 1
-            self.work.put(self.with_edges(case))
+            self.work.put(self.with_edges(self.with_routes(case, beside)))
 
         try:
             produce()
@@ -114,15 +131,16 @@ class Campaign:
 
     def record(self, result: fj.Result) -> None:
         with self.lock:
-            self.sent[result.case.path] += 1
+            self.sent[result.case.label] += 1
             self.kinds[result.case.kind.split()[0]] += 1  # "edge <field>": "edge"
             label = str(result.status) if result.status is not None else result.failure
             self.statuses[str(label)] += 1
-            self.slowest = sorted([*self.slowest, (result.seconds, result.case.path,
+            self.slowest = sorted([*self.slowest, (result.seconds, result.case.label,
                                                    result.case.kind)], reverse=True)[:5]
             if result.failure is not None:
                 self.failures.append(result)
-                print(f"FAIL {result.failure}: {result.case.path} {result.case.excerpt(300)}",
+                print(f"FAIL {result.failure}: {result.case.method} {result.case.path} "
+                      f"{result.case.excerpt(300)}",
                       flush=True)
             total = sum(self.sent.values())
             if total % 500 == 0:
@@ -166,7 +184,8 @@ class Campaign:
             print(f"tracebacks in the server log: {self.server.log_text().count('Traceback')}"
                   f" ({self.server.log_path})")
         for i, result in enumerate(self.failures[: self.args.show]):
-            print(f"\n[{i}] {result.failure} after {result.seconds:.1f}s: POST {result.case.path}"
+            print(f"\n[{i}] {result.failure} after {result.seconds:.1f}s: "
+                  f"{result.case.method} {result.case.path}"
                   f"\n    body: {result.case.excerpt()}\n    answer: {result.detail[:300]!r}")
         if self.args.save_dir is not None:
             self.args.save_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +207,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="of the server started here")
     parser.add_argument("--memory-limit-mb", type=int, default=3072,
                         help="address-space cap of the server started here")
+    parser.add_argument("--route-share", type=float, default=0.12,
+                        help="share of the requests to the routes beside generation (0 to 1)")
     parser.add_argument("--edge-share", type=float, default=0.25,
                         help="share of the requests that are edge cases (0 to 1)")
     parser.add_argument("--edge-skip", type=lambda v: set(v.split(",")), default=set(),
@@ -203,7 +224,7 @@ def main() -> int:
     else:
         extra = ["--threads", str(args.threads)]
         server = start_server(Path(tempfile.mkdtemp(prefix="fuzz-")), "--ctx-size",
-                              str(args.ctx_size), "--parallel", "4", *extra, name="fuzz",
+                              str(args.ctx_size), "--parallel", "4", "--slots", *extra, name="fuzz",
                               memory_limit_mb=args.memory_limit_mb)
         base_url = server.base_url
         print(f"server on {base_url}, log {server.log_path}", flush=True)

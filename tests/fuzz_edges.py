@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 from fuzz_bounds import DETOKENIZE, TOKENIZE
+from fuzz_extras import RERANK_PATHS
 from fuzz_ollama import CHAT as OLLAMA_CHAT
 from fuzz_ollama import EMBED as OLLAMA_EMBED
 from fuzz_ollama import EMBEDDINGS as OLLAMA_EMBEDDINGS
@@ -39,6 +40,7 @@ from fuzz_strategies import (
 )
 
 INFILL = "/infill"
+RERANK = RERANK_PATHS[0]
 COUNT_TOKENS = "/v1/messages/count_tokens"
 APPLY_TEMPLATE = "/apply-template"
 
@@ -75,6 +77,8 @@ BASE_BODIES: dict[str, dict[str, Any]] = {
     TOKENIZE: {"model": MODEL, "content": "Hi"},
     DETOKENIZE: {"model": MODEL, "tokens": [1]},
     APPLY_TEMPLATE: {"model": MODEL, "messages": _HELLO},
+    # Refused on a model that is no reranker: after its numbers are read, or before?
+    RERANK: {"model": MODEL, "query": "Hi", "documents": ["a", "b"]},
 }
 DOORS = tuple(BASE_BODIES)
 STREAMING = {COMPLETIONS, CHAT, RESPONSES, MESSAGES, OLLAMA_GENERATE, OLLAMA_CHAT, NATIVE,
@@ -98,7 +102,7 @@ UNTYPED: dict[str, list[str]] = {
     RESPONSES: ["top_logprobs", "max_tool_calls"],  # OpenAI's, refused by name here
     DETOKENIZE: ["tokens[]"],  # a list its own validator reads
     # Doors with no number of their own: numbers where a string or boolean belongs.
-    TOKENIZE: ["content", "add_special", "parse_special"],
+    TOKENIZE: ["content", "add_special", "parse_special", "with_pieces"],
     APPLY_TEMPLATE: ["add_generation_prompt", "enable_thinking"],
 }
 

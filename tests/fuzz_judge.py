@@ -8,10 +8,13 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import httpx
 from fuzz_bounds import DETOKENIZE, TOKENIZE
 from fuzz_edges import APPLY_TEMPLATE, COUNT_TOKENS, INFILL
+from fuzz_extras import RERANK_PATHS, SLOTS
+from fuzz_stored import INPUT_ITEMS, STORED, STORED_IDS
 from fuzz_strategies import (
     CHAT,
     COMPLETIONS,
@@ -159,8 +162,10 @@ def _judge_ollama(status: int, content_type: str, body: bytes) -> str | None:
         last = objects[-1] if objects and isinstance(objects[-1], dict) else {}
         if "error" in last:
             return "server error inside the stream" if "internal" in str(last["error"]) else None
-        return None if last.get("done") is True else "stream did not end with done: true"
-    if status == 200:
+        # /api/create ends as /api/pull does, with {"status": "success"}
+        done = last.get("done") is True or last.get("status") == "success"
+        return None if done else "stream did not end with done: true"
+    if status in (200, 201):  # 201: an upload kept (/api/blobs)
         try:
             data = strict_json(body) if body else {}
         except ValueError:
@@ -178,12 +183,42 @@ def _judge_ollama(status: int, content_type: str, body: bytes) -> str | None:
     return None
 
 
-def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str | None:
+# What a 200 answer in JSON holds: a list under this key (bare lists: TEI's rerank, /slots).
+_ANSWER_LISTS = {RESPONSES: "output", EMBEDDINGS: "data", TOKENIZE: "tokens",
+                 STORED: "output", INPUT_ITEMS: "data",
+                 **dict.fromkeys(RERANK_PATHS, "results"), SLOTS: ""}
+
+
+def _judge_json_answer(data: Any, path: str, method: str) -> str | None:
+    if path in (NATIVE, INFILL):
+        results = data if isinstance(data, list) else [data]
+        ok = bool(results) and all(isinstance(r, dict) and isinstance(r.get("content"), str)
+                                   for r in results)
+        return None if ok else "200 answer has no content"
+    if method == "DELETE":
+        ok = isinstance(data, dict) and data.get("deleted") is True
+        return None if ok else "200 answer has no deleted: true"
+    if path in (DETOKENIZE, APPLY_TEMPLATE):
+        key = "content" if path == DETOKENIZE else "prompt"
+        ok = isinstance(data, dict) and isinstance(data.get(key), str)
+        return None if ok else f"200 answer has no {key}"
+    key = _ANSWER_LISTS.get(path, "choices")
+    if isinstance(data, list) and (path in RERANK_PATHS or path == SLOTS):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get(key), list)
+    return None if ok else f"200 answer has no {key or 'list'}"
+
+
+def judge(status: int, content_type: str, body: bytes, path: str = CHAT,
+          method: str = "POST") -> str | None:
     """None when the server may answer so; otherwise what is wrong. Statuses below 500,
     and 503 for overload or a model that cannot be loaded now, are answers; every other
-    5xx is a failure, and so is any answer that is not what its status promises."""
+    5xx is a failure, and so is any answer that is not what its status promises.
+    `path` is the route's pattern where the path holds an id (Case.route)."""
     if b"Traceback (most recent call last)" in body:
         return "traceback in the answer"
+    if method == "HEAD":  # a status and no body
+        return None if status < 500 or status == 503 else f"HTTP {status}"
     if path in (MESSAGES, COUNT_TOKENS):
         return _judge_messages(status, content_type, body, path)
     if path.startswith("/api/"):
@@ -195,24 +230,15 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
             data = strict_json(body)
         except ValueError:
             return "200 answer is not JSON"
-        if path in (NATIVE, INFILL):
-            results = data if isinstance(data, list) else [data]
-            ok = bool(results) and all(isinstance(r, dict) and isinstance(r.get("content"), str)
-                                       for r in results)
-            return None if ok else "200 answer has no content"
-        if path in (DETOKENIZE, APPLY_TEMPLATE):
-            key = "content" if path == DETOKENIZE else "prompt"
-            ok = isinstance(data, dict) and isinstance(data.get(key), str)
-            return None if ok else f"200 answer has no {key}"
-        key = {RESPONSES: "output", EMBEDDINGS: "data", TOKENIZE: "tokens"}.get(path, "choices")
-        ok = isinstance(data, dict) and isinstance(data.get(key), list)
-        return None if ok else f"200 answer has no {key}"
+        return _judge_json_answer(data, path, method)
     if not 400 <= status < 600:
         return f"HTTP {status}"
     error = _error_of(body)
     if isinstance(error, str):
         return f"HTTP {status}: {error}"
-    overload = error["type"] == "server_overloaded" or error["code"] == "model_unavailable"
+    # no_slot_available: /slots?fail_on_no_slot=1 while every slot is busy (llama-server's)
+    overload = (error["type"] == "server_overloaded"
+                or error["code"] in ("model_unavailable", "no_slot_available"))
     if status >= 500 and not (status == 503 and overload):
         return f"HTTP {status}"
     return None
@@ -220,10 +246,11 @@ def judge(status: int, content_type: str, body: bytes, path: str = CHAT) -> str 
 
 def exchange(client: httpx.Client, case: Case, timeout: float = TIMEOUT_S) -> Result:
     """Sends one case and reads the whole answer, streams included, within `timeout`."""
+    case = STORED_IDS.fill(case)
     started = time.monotonic()
     headers = {"Content-Type": "application/json"}
     try:
-        with client.stream("POST", case.path, content=case.body, headers=headers,
+        with client.stream(case.method, case.path, content=case.body, headers=headers,
                            timeout=timeout) as r:
             parts = []
             for chunk in r.iter_bytes():
@@ -237,9 +264,22 @@ def exchange(client: httpx.Client, case: Case, timeout: float = TIMEOUT_S) -> Re
         return Result(case, None, time.monotonic() - started, "dropped connection",
                       f"{type(exc).__name__}: {exc}")
     body = b"".join(parts)
-    failure = judge(r.status_code, r.headers.get("content-type", ""), body, case.path)
+    STORED_IDS.harvest(case, r.status_code, body)
+    if _slash_redirect(case.path, r.status_code, r.headers.get("location", "")):
+        return Result(case, r.status_code, time.monotonic() - started, None, "")
+    failure = judge(r.status_code, r.headers.get("content-type", ""), body,
+                    case.route or case.path, case.method)
     return Result(case, r.status_code, time.monotonic() - started, failure,
                   body[:300].decode("utf-8", "replace"))
+
+
+def _slash_redirect(path: str, status: int, location: str) -> bool:
+    """Starlette's answer to a route's path with slashes after it (an empty id, as in
+    GET /v1/responses/): a redirect to the route itself, as for every route."""
+    target = urlsplit(location).path
+    asked = unquote(path.split("?")[0])
+    return (status in (307, 308) and bool(target) and asked.startswith(target)
+            and not asked[len(target):].strip("/"))
 
 
 def new_client(base_url: str) -> httpx.Client:

@@ -1,11 +1,13 @@
 """Mutated requests to Ollama's API (/api/*) for the fuzz campaign, built from the values
 of fuzz_strategies; fuzz_judge judges their answers in Ollama's shapes (NDJSON streams,
-{"error": "..."} errors). /api/pull and /api/delete are left out: they reach the network
-and the models directory."""
+{"error": "..."} errors), and /api/create with /api/blobs (model_file_cases). /api/pull
+and /api/delete are left out: they reach the network and delete saved models."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+from urllib.parse import quote
 
 from fuzz_strategies import (
     BOOLEAN,
@@ -120,3 +122,77 @@ def ollama_cases(path: str | None = None) -> st.SearchStrategy[Case]:
     paths = st.just(path) if path is not None else st.sampled_from(PATHS)
     return paths.flatmap(lambda p: _bodies(p).map(
         lambda b: Case(p, dumps(b).encode("utf-8", "surrogatepass"), "ollama")))
+
+
+# --- /api/create and /api/blobs ----------------------------------------------------------
+
+CREATE = "/api/create"
+BLOBS = "/api/blobs/{digest}"
+# Uploads that start as a GGUF file and are none: kept under their own digest when the
+# digest sent matches, and then named by /api/create's `files` or FROM.
+JUNK_GGUFS = [b"GGUF", b"GGUF\x03\x00\x00\x00" + b"\x00" * 16,
+              b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, b"GGUF" + bytes(range(256)) * 4]
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+blob_digests = st.one_of(
+    st.sampled_from(JUNK_GGUFS).map(_digest),
+    st.binary(min_size=32, max_size=32).map(lambda b: "sha256:" + b.hex()),
+    st.sampled_from(["sha256-" + "0" * 64, "sha256:" + "A" * 64, "sha256:" + "0" * 63,
+                     "sha256:", "md5:" + "0" * 32, "sha256:../../x", ""]),
+    st.text(max_size=24))  # short: digests go into paths
+model_sources = st.one_of(st.sampled_from([MODEL, f"{MODEL}:latest", "/etc/passwd",
+                                           "./model.gguf", "hf.co/x/y", ""]),
+                          blob_digests, small_text)
+new_names = st.one_of(st.integers(0, 5).map(lambda n: f"fuzz-{n}"), small_text)
+_ARGUMENTS = st.one_of(small_text, templates, st.just('"""{{ .Prompt }}"""'),
+                       st.just('"quoted\\n"'), st.just('"""not closed'))
+modelfile_lines = st.one_of(
+    model_sources.map(lambda s: f"FROM {s}"),
+    _ARGUMENTS.map(lambda a: f"TEMPLATE {a}"), _ARGUMENTS.map(lambda a: f"SYSTEM {a}"),
+    st.tuples(st.sampled_from(OPTION_NAMES), st.one_of(small_text, st.sampled_from(
+        ["1", "-1", "1e400", "NaN", "2147483648", "9223372036854775808", "0.5"]))).map(
+        lambda kv: f"PARAMETER {kv[0]} {kv[1]}"),
+    st.sampled_from(["ADAPTER x.gguf", "LICENSE MIT", "MESSAGE user hi", "# note", "",
+                     "BOGUS 1", "from", "PARAMETER", "parameter stop <|im_end|>"]),
+    small_text)
+
+
+@st.composite
+def create_cases(draw: st.DrawFn) -> Case:
+    """/api/create in both shapes: a Modelfile's text, or its parts as fields."""
+    body: dict[str, Any] = {"model": draw(new_names), "stream": draw(BOOLEAN)}
+    if draw(BOOLEAN):
+        body["modelfile"] = "\n".join(draw(st.lists(modelfile_lines, min_size=1,
+                                                    max_size=5)))
+    else:
+        parts: dict[str, st.SearchStrategy[Any]] = {
+            "template": templates, "system": small_text, "parameters": options,
+            "files": st.dictionaries(st.sampled_from(["model.gguf", "x.safetensors", ""]),
+                                     blob_digests, max_size=2),
+            "quantize": st.just("q4_K_M"), "messages": st.just([])}
+        body["from"] = draw(model_sources)
+        for name in draw(st.lists(st.sampled_from(sorted(parts)), max_size=3, unique=True)):
+            body[name] = draw(parts[name])
+    if draw(st.integers(0, 3)) == 0:
+        body[draw(st.sampled_from(sorted({*body, "name", "from"})))] = draw(weird)
+    return Case(CREATE, dumps(body).encode("utf-8", "surrogatepass"), "ollama-create")
+
+
+@st.composite
+def blob_cases(draw: st.DrawFn) -> Case:
+    """HEAD or POST /api/blobs/<digest> with junk bodies (some a match for their digest)."""
+    data = draw(st.one_of(st.sampled_from(JUNK_GGUFS), st.binary(max_size=64),
+                          st.sampled_from([b"", b"GGU", b"GGUX", b"\x00" * 100_000])))
+    digest = _digest(data) if draw(BOOLEAN) else draw(blob_digests)
+    method = draw(st.sampled_from(["HEAD", "POST", "POST"]))
+    path = "/api/blobs/" + quote(digest.encode("utf-8", "replace"), safe=":")
+    return Case(path, data if method == "POST" else b"", "ollama-blobs", method=method,
+                route=BLOBS)
+
+
+def model_file_cases() -> st.SearchStrategy[Case]:
+    return st.one_of(create_cases(), blob_cases())

@@ -43,6 +43,14 @@ class Case:
     path: str
     body: bytes
     kind: str  # which generator made it, for the figures
+    method: str = "POST"
+    route: str = ""  # the route's pattern where the path holds an id ("": the path)
+
+    @property
+    def label(self) -> str:
+        """The route as the figures count it and the judge reads it."""
+        route = self.route or self.path
+        return route if self.method == "POST" else f"{self.method} {route}"
 
     def excerpt(self, limit: int = 600) -> str:
         return repr(self.body[:limit]) + (f" ... ({len(self.body)} bytes)"

@@ -15,14 +15,17 @@ from typing import Any
 import fuzz_bounds as fb
 import fuzz_cases as fc
 import fuzz_edges as fe
+import fuzz_extras as fx
 import fuzz_judge as fj
 import fuzz_nested as fn
 import fuzz_ollama as fo
+import fuzz_stored as fst
 import fuzz_strategies as fs
 import httpx
 import pytest
 from conftest import THREADS_ENV, RunningServer, start_server, stop_server
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 MEMORY_LIMIT_MB = 3072
 # Bounded for CI: a fixed seed, no database, a few dozen examples per generator and no
@@ -43,7 +46,8 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
     # thread keeps answer times steady on a busy machine; the memory cap turns a runaway
     # allocation into a failure here rather than the out-of-memory killer's pick.
     server = start_server(tmp_path_factory.mktemp("fuzz"), "--ctx-size", "256",
-                          "--parallel", "2", "--threads", os.environ.get(THREADS_ENV, "1"),
+                          "--parallel", "2", "--slots",
+                          "--threads", os.environ.get(THREADS_ENV, "1"),
                           name="fuzz", memory_limit_mb=MEMORY_LIMIT_MB)
     yield server
     stop_server(server)
@@ -61,7 +65,8 @@ def check(server: RunningServer, client: httpx.Client, case: fs.Case) -> None:
         return
     code = server.process.poll()
     state = "" if code is None else f" (the server exited with {code})"
-    pytest.fail(f"{result.failure}{state} after {result.seconds:.1f}s: POST {case.path}\n"
+    pytest.fail(f"{result.failure}{state} after {result.seconds:.1f}s: {case.method} "
+                f"{case.path}\n"
                 f"body: {case.excerpt()}\nanswer: {result.detail[:300]!r}", pytrace=False)
 
 
@@ -142,6 +147,15 @@ def test_fuzz_memory_bounds(fuzz_server: RunningServer, fuzz_client: httpx.Clien
     check(fuzz_server, fuzz_client, case)
 
 
+@settings(fuzz_settings, max_examples=80)
+@given(case=st.one_of(fx.extra_cases(), fst.stored_cases(), fo.model_file_cases()))
+def test_fuzz_routes_beside_generation(fuzz_server: RunningServer, fuzz_client: httpx.Client,
+                                       case: fs.Case) -> None:
+    """Rerank (refused: the model is no reranker), stored Responses by stored and junk ids,
+    /api/create and /api/blobs with junk, /slots and /tokenize with_pieces."""
+    check(fuzz_server, fuzz_client, case)
+
+
 @pytest.fixture(scope="module")
 def edge_setting(fuzz_server: RunningServer) -> tuple[dict[str, Any], fe.ModelLimits]:
     # The fields from the server's own request schemas, n_ctx and n_vocab from its model.
@@ -180,6 +194,25 @@ def test_judge_splits_stream_lines_at_cr_lf_only(separator: str) -> None:
     assert fj.judge(200, "text/event-stream", sse.encode(), fs.COMPLETIONS) is None
     assert fj.judge(200, "application/json", b'{"choices": [NaN]}', fs.COMPLETIONS) \
         == "200 answer is not JSON"
+
+
+def test_judge_reads_the_answers_of_routes_beside_generation() -> None:
+    """Bodiless HEAD and 201 answers, /api/create's stream, a deletion, bare lists and
+    /slots' 503 are answers; a 5xx of any other kind stays a failure."""
+    busy = (b'{"error":{"message":"no slot available","type":"unavailable_error",'
+            b'"param":null,"code":"no_slot_available"}}')
+    assert fj.judge(503, "application/json", busy, fx.SLOTS, "GET") is None
+    assert fj.judge(404, "", b"", fo.BLOBS, "HEAD") is None
+    assert fj.judge(500, "", b"", fo.BLOBS, "HEAD") == "HTTP 500"
+    assert fj.judge(201, "", b"", fo.BLOBS) is None
+    assert fj.judge(200, "application/x-ndjson", b'{"status":"writing"}\n{"status":"success"}',
+                    fo.CREATE) is None
+    assert fj.judge(200, "application/json", b'{"id":"r","deleted":true}', fst.STORED,
+                    "DELETE") is None
+    assert fj.judge(200, "application/json", b'[{"index":0,"score":1.0}]', "/rerank") is None
+    assert fj.judge(200, "application/json", b'{"data":[]}', fst.INPUT_ITEMS, "GET") is None
+    assert fj.judge(500, "application/json", busy.replace(b"no_slot", b"x"), fx.SLOTS,
+                    "GET") == "HTTP 500"
 
 
 def test_server_serves_after_fuzzing(fuzz_server: RunningServer) -> None:
