@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "responses.sqlite3"
 _SCHEMA_VERSION = 1
+# Tries at opening a file other processes are opening too (5 s of waits in all).
+_OPEN_ATTEMPTS = 50
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
@@ -85,6 +87,20 @@ class _Database:
         # journal files the same mode).
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=5.0)
+        # Replicas on one box may share the file and start together: switching a new file
+        # to WAL and creating the schema can answer "locked" at once (no busy wait there),
+        # so the opening steps are tried again for a while.
+        for attempt in range(_OPEN_ATTEMPTS):
+            try:
+                self._prepare()
+                break
+            except sqlite3.OperationalError as exc:
+                if attempt == _OPEN_ATTEMPTS - 1 or "locked" not in str(exc):
+                    raise
+                time.sleep(0.1)
+        self._expire(time.time())
+
+    def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -93,7 +109,6 @@ class _Database:
         with self._db:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-        self._expire(time.time())
 
     def put(self, record: StoredResponse) -> bool:
         response = json.dumps(record.response, ensure_ascii=False, separators=(",", ":"))

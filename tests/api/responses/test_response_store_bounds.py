@@ -124,3 +124,28 @@ def test_serve_with_a_broken_store_exits_with_a_message(tmp_path: Path) -> None:
         env={"XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 2, done.stderr
     assert "response store" in done.stderr and "Traceback" not in done.stderr
+
+
+_OPEN_TOGETHER = """
+import sys, time
+from pathlib import Path
+from edge_server.api.responses.store import ResponseStore
+start = float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))
+ResponseStore(Path(sys.argv[1]), max_count=10, max_bytes=1 << 20, max_age_s=60.0)
+print("opened")
+"""
+
+
+def test_replicas_sharing_the_file_open_it_together(tmp_path: Path) -> None:
+    """Replicas on one box share the models directory, so they open one new store file at
+    the same moment: each must open it (switching to WAL and creating the schema can be
+    answered "locked" at once, with no busy wait)."""
+    path = tmp_path / "shared" / "responses.sqlite3"
+    start = time.time() + 1.5  # every process imported and waiting by then
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_TOGETHER, str(path), str(start)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(8)]
+    outcomes = [p.communicate(timeout=60) for p in procs]
+    for proc, (out, err) in zip(procs, outcomes, strict=True):
+        assert proc.returncode == 0 and "opened" in out, err[-600:]
