@@ -98,7 +98,6 @@ class _Database:
                 if attempt == _OPEN_ATTEMPTS - 1 or "locked" not in str(exc):
                     raise
                 time.sleep(0.1)
-        self._expire(time.time())
 
     def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -109,6 +108,9 @@ class _Database:
         with self._db:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        # Committed at once: an open write would lock out every other replica's store.
+        with self._db:
+            self._expire(time.time())
 
     def put(self, record: StoredResponse) -> bool:
         response = json.dumps(record.response, ensure_ascii=False, separators=(",", ":"))

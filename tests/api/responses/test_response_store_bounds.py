@@ -149,3 +149,16 @@ def test_replicas_sharing_the_file_open_it_together(tmp_path: Path) -> None:
     outcomes = [p.communicate(timeout=60) for p in procs]
     for proc, (out, err) in zip(procs, outcomes, strict=True):
         assert proc.returncode == 0 and "opened" in out, err[-600:]
+
+
+def test_an_open_store_leaves_the_file_to_other_replicas(tmp_path: Path) -> None:
+    """A store that is open and idle holds no write lock: another replica's store opens
+    the same file and writes to it."""
+    first = open_store(tmp_path)
+    try:
+        second = open_store(tmp_path)
+        assert run(second.put(record("resp_other")))
+        assert run(first.conversation("", "resp_other")) is not None
+        second.close()
+    finally:
+        first.close()
