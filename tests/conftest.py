@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -185,29 +186,27 @@ def verify_unit(tmp: Path, unit: str, executable: str, env_files: tuple[str, ...
     assert result.returncode == 0 and not problems, result.stdout + result.stderr
 
 
-def write_test_projector(path: Path, **kwargs: object) -> Path:
-    """The tiny random multimodal projector of scripts/make_test_projector.py (test-only;
-    its keyword arguments write broken files on purpose)."""
+def load_script(name: str) -> Any:
+    """One of scripts/make_test_*.py as a module: the test models are written by the same
+    code a person runs by hand."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "make_test_projector", ROOT / "scripts" / "make_test_projector.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    return script.write_projector(path, **kwargs)  # type: ignore[no-any-return]
+    return script
+
+
+def write_test_projector(path: Path, **kwargs: object) -> Path:
+    """The tiny random multimodal projector of scripts/make_test_projector.py (test-only;
+    its keyword arguments write broken files on purpose)."""
+    return load_script("make_test_projector").write_projector(path, **kwargs)  # type: ignore[no-any-return]
 
 
 def write_test_reranker(path: Path, **kwargs: object) -> Path:
     """The tiny random BERT reranker of scripts/make_test_reranker.py (test-only)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "make_test_reranker", ROOT / "scripts" / "make_test_reranker.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script.write_reranker(path, **kwargs)  # type: ignore[no-any-return]
+    return load_script("make_test_reranker").write_reranker(path, **kwargs)  # type: ignore[no-any-return]
 
 
 def agree_up_to_near_ties(a: dict, b: dict) -> None:

@@ -6,25 +6,19 @@ streaming and prompt progress."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, RunningServer, start_server, stop_server
+from conftest import RunningServer, load_script, start_server, stop_server
 
 FILE = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(40))  # ~1,100 chars
 
 
 def write_fim_model(path: Path, **kwargs: int) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "make_test_fim_model", ROOT / "scripts" / "make_test_fim_model.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script.write_model(path, **kwargs)  # type: ignore[no-any-return]
+    return load_script("make_test_fim_model").write_model(path, **kwargs)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
