@@ -198,6 +198,13 @@ def load_script(name: str) -> Any:
     return script
 
 
+def llama_sources() -> Path:
+    """`vendor/llama.cpp` of the installed llama-cpp-python's sdist (real chat templates,
+    test-chat.cpp, real tokenizers), downloaded once into a cache by
+    scripts/llama_sources.py."""
+    return load_script("llama_sources").vendor_dir()  # type: ignore[no-any-return]
+
+
 def write_test_projector(path: Path, **kwargs: object) -> Path:
     """The tiny random multimodal projector of scripts/make_test_projector.py (test-only;
     its keyword arguments write broken files on purpose)."""
