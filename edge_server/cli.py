@@ -46,6 +46,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
     from .engine.backend.rpc_devices import parse_endpoints
     from .engine.multimodal.projector import ImageLimits
+    from .model_pool import memory_budget_bytes
     from .model_spec import ModelSpec
 
     rpc = parse_endpoints(opts.rpc)
@@ -60,6 +61,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
         return EngineSettings(
             context=ContextSettings(
                 n_ctx=ctx_size or opts.ctx_size,
+                kv_budget_bytes=memory_budget_bytes(opts.memory_budget_mb * 2**20),
                 n_threads=opts.threads,
                 n_gpu_layers=opts.n_gpu_layers,
                 repack=opts.repack,

@@ -80,6 +80,11 @@ def physical_memory() -> int:
         return 8 << 30
 
 
+def memory_budget_bytes(configured: int) -> int:
+    """The memory for loaded models: `configured` bytes, else 75% of RAM."""
+    return configured if configured > 0 else int(physical_memory() * 0.75)
+
+
 class Lease:
     def __init__(self, pool: ModelPool, model_id: str, engine: Engine) -> None:
         self._pool = pool
@@ -115,7 +120,7 @@ class ModelPool:
                     continue  # matched by resolve(), never a name of its own
                 if self._by_name.setdefault(name, spec) is not spec:
                     raise ValueError(f"model name `{name}` is used twice")
-        self.memory_budget = memory_budget or int(physical_memory() * 0.75)
+        self.memory_budget = memory_budget_bytes(memory_budget)
         self.keep_alive = keep_alive
         self._on_job_done = on_job_done
         self._loaded: dict[str, _Loaded] = {}
@@ -171,8 +176,7 @@ class ModelPool:
         context = spec.settings.context
         if context.n_ctx <= 0:
             return None
-        per_slot = context.n_ctx // max(context.n_seq_max, 1)
-        return -(-per_slot // 256) * 256  # llama.cpp rounds a stream up to 256 cells
+        return -(-context.n_ctx // 256) * 256  # llama.cpp rounds a cache up to 256 cells
 
     def kv_cache(self) -> dict[str, dict[str, str | bool]]:
         """KV cache types and flash attention of each loaded model (/health)."""

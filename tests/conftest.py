@@ -124,8 +124,8 @@ def stop_server(server: RunningServer) -> int:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
-        # 4 slots of 4,096 tokens each: one request may use a 4,096-token context.
-        tmp_path_factory.mktemp("server"), "--parallel", "4", "--ctx-size", "16384"
+        # 4 slots sharing 4,096 KV cells: one request may use a 4,096-token context.
+        tmp_path_factory.mktemp("server"), "--parallel", "4", "--ctx-size", "4096"
     )
     yield running
     stop_server(running)

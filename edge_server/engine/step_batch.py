@@ -80,11 +80,12 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         choice.drafts = (draft + [filler] * depth)[:depth]
 
 
-def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int
-                    ) -> StepBatch:
+def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int,
+                    prefill: bool = True) -> StepBatch:
     """Fills `batch` for one step. Prompt chunks share what the batch has left in job
     order (at most `prefill_while_decoding` tokens while sequences generate, so a long
-    prompt delays their next token by a fraction of a second only)."""
+    prompt delays their next token by a fraction of a second only; none without
+    `prefill`)."""
     batch.clear()
     tokens: list[tuple[int, Job, Choice]] = []
     for job in jobs:
@@ -95,6 +96,8 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
     budget = batch.capacity - len(tokens) - sum(len(c.drafts) for _, _, c in tokens)
     if tokens:
         budget = min(budget, prefill_while_decoding)
+    if not prefill:
+        budget = 0
     chunks: list[tuple[int, Job, int]] = []
     for job in jobs:
         if budget <= 0:

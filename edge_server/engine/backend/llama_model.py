@@ -16,6 +16,7 @@ import llama_cpp as lc
 import numpy as np
 
 from . import rpc_guard
+from .context_size import bytes_per_cell, default_context
 from .cpu_probe import extra_buffers_safe
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 from .runtime import init_backend, log_buffer_sizes, recording_buffers
@@ -29,8 +30,11 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class ContextSettings:
-    n_ctx: int = 0  # KV cells of all slots together; 0: slots x min(training context, 2048)
-    n_seq_max: int = 4  # sequences (slots), each with its own KV stream of n_ctx / n_seq_max
+    # Tokens one request may use (prompt plus answer), and the cells of the KV cache all
+    # slots share; 0: the training context, as far as kv_budget_bytes allows (context_size).
+    n_ctx: int = 0
+    n_seq_max: int = 4  # sequences (slots) decoded together, sharing the cache's cells
+    kv_budget_bytes: int = 0  # memory budget the default context is sized from; 0: none
     n_batch: int = 512  # tokens per llama_decode call
     n_threads: int = 0  # 0: one per CPU core
     n_gpu_layers: int = -1  # -1: offload every layer where a GPU backend exists
@@ -149,12 +153,9 @@ class Vocab:
         return 0 <= token < self.n_tokens
 
 
-_DEFAULT_CTX_PER_SLOT = 2048
-
-
 class LlamaModel:
-    """A GGUF file loaded with one context; each sequence has a KV stream of its own, so
-    decoding a token attends over its own sequence only, however many are busy."""
+    """A GGUF file loaded with one context whose KV cache all sequences share (llama.cpp's
+    unified cache): one request may use all of its cells, several share them."""
 
     def __init__(self, path: Path, settings: ContextSettings) -> None:
         init_backend()
@@ -182,9 +183,16 @@ class LlamaModel:
         self.model = model
         self.vocab = Vocab(lc.llama_model_get_vocab(model))
         self.n_ctx_train: int = lc.llama_model_n_ctx_train(model)
+        self.metadata = self._read_metadata()
 
         n_seq = max(1, min(settings.n_seq_max, lc.llama_max_parallel_sequences()))
-        n_ctx = settings.n_ctx or n_seq * min(self.n_ctx_train, _DEFAULT_CTX_PER_SLOT)
+        # Past the trained context a model's positions mean nothing it learned: capped.
+        n_ctx = min(settings.n_ctx, self.n_ctx_train or settings.n_ctx) or default_context(
+            self.n_ctx_train,
+            bytes_per_cell(model, self.metadata, settings.cache_type_k, settings.cache_type_v)
+            if settings.cache_type_k in KV_CACHE_TYPES and settings.cache_type_v in KV_CACHE_TYPES
+            else 1,
+            settings.kv_budget_bytes)
         threads = settings.n_threads or default_threads()
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -193,9 +201,12 @@ class LlamaModel:
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        # A stream per sequence (as llama-server runs): with one unified buffer every
-        # token would attend over every sequence's cells, masked out but still computed.
-        cparams.kv_unified = False
+        # One buffer for all sequences (as llama-server runs by default): a request may
+        # use every cell. A stream per sequence would give each n_ctx / n_seq_max, or cost
+        # n_seq_max times the memory (llama.cpp clears, so touches, all of it at creation).
+        # Masked-out cells of other sequences cost little: the CPU flash-attention kernel
+        # skips them, and idle slots' cells are evicted when room is short (kv/room.py).
+        cparams.kv_unified = True
         try:
             cparams.flash_attn_type = kv_flash_attn(settings)
         except ModelLoadError:
@@ -221,14 +232,13 @@ class LlamaModel:
         self.n_batch: int = lc.llama_n_batch(ctx)
         self.n_embd: int = lc.llama_model_n_embd_inp(model)  # width of input embeddings
         self.n_seq_max: int = lc.llama_n_seq_max(ctx)
-        self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells of one sequence's stream
+        self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells one sequence may use: n_ctx
         # What saved sequence states depend on besides the model file.
-        self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}"
+        self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}/unified"
         self.cache_types = (settings.cache_type_k, settings.cache_type_v)
         self.flash_attn = cparams.flash_attn_type == lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
         self.n_threads = threads  # the most any step uses
         self._threads_now = threads
-        self.metadata = self._read_metadata()
         self.description = self._describe()
         log.info(
             "loaded %s: n_ctx=%d (%d per sequence) n_seq_max=%d threads=%d",
@@ -290,10 +300,10 @@ class LlamaModel:
         return bool(lc.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
     def seq_copy_prefix(self, src: int, dst: int, length: int) -> None:
-        """dst holds src's first `length` tokens afterwards. Across streams llama.cpp copies
-        whole buffers only (a partial range aborts the process), so copy all, then trim."""
-        lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
-        lc.llama_memory_seq_rm(self.memory, dst, length, -1)
+        """dst holds src's first `length` tokens afterwards: in the unified cache the
+        cells are shared, not copied (dst's own first, so no cell is held twice)."""
+        lc.llama_memory_seq_rm(self.memory, dst, -1, -1)
+        lc.llama_memory_seq_cp(self.memory, src, dst, 0, length)
 
     def seq_state(self, seq_id: int) -> bytes:
         """The KV cells of one sequence, as llama.cpp serialises them."""

@@ -1,0 +1,89 @@
+"""What a step does when the shared KV cache has no room for its batch.
+
+All slots share one cache (backend/llama_model.py), so one request may use every cell,
+and requests that together want more than the cache holds meet here: llama_decode
+answers NO_ROOM and changes nothing. Room is then made, cheapest loss first, and the
+decode tried again:
+
+1. an idle slot's cells go (least recently used first; a long prefix is kept in the
+   prompt store, so a later request sharing it loads it back);
+2. prompts wait: the batch keeps the running requests' next tokens only, and their
+   drafts go next;
+3. the youngest request still evaluating its prompt gives its cells back and starts its
+   prompt over once there is room (running requests go first);
+4. a running request that cannot grow ends, finish reason "length", as one at the end
+   of its context does; one lone prompt that still finds no room fails with 503.
+
+Running requests are never failed for another's growth, and no request gets a 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .errors import EngineError
+from .jobs import Choice, Job
+from .kv.slots import SlotTable
+from .step_batch import StepBatch
+
+NO_ROOM = 1  # llama_decode: no KV cells for the batch; the cache is as it was
+
+__all__ = ["NO_ROOM", "decode_in_room"]
+
+
+def decode_in_room(kv: SlotTable, jobs: list[Job], decode: Callable[[], int],
+                   refill: Callable[[bool], StepBatch], step: StepBatch,
+                   abort: Callable[[Job, EngineError], None]) -> tuple[int, StepBatch]:
+    """Decodes the step's batch, making room as above while llama.cpp finds none.
+    `refill(prefill)` rebuilds the batch (with or without prompt chunks) and returns the
+    new step; returns llama_decode's last status and the step that ran."""
+    with_prefill = True
+    status = decode()
+    while status == NO_ROOM:
+        decoding = step.decoding or step.firsts
+        if kv.evict_idle():
+            pass
+        elif step.prefill and decoding:
+            with_prefill = False
+        elif any(choice.drafts for _, choice in step.decoding):
+            for _, choice in step.decoding:
+                choice.drafts = []
+        elif _restart_youngest_prompt(kv, jobs):
+            pass
+        elif decoding:
+            _end_largest(kv, [*step.decoding, *step.firsts])
+        else:
+            for job, _, _ in step.prefill:
+                abort(job, EngineError("the KV cache has no room for this prompt now; "
+                                       "retry shortly"))
+            return 0, StepBatch()
+        step = refill(with_prefill)
+        if not (step.decoding or step.firsts or step.prefill):
+            return 0, step
+        status = decode()
+    return status, step
+
+
+def _restart_youngest_prompt(kv: SlotTable, jobs: list[Job]) -> bool:
+    """The youngest job evaluating its prompt with cells to give, if another job holds
+    cells too, forgets what it evaluated and starts its prompt over later."""
+    holders = [job for job in jobs if any(slot.cached for slot in job.slots)]
+    for job in reversed(jobs):
+        restartable = (job.prefilling and job.slot.cached and job.wait_for is None
+                       and not job.request.prompt_logprobs and not job.request.images)
+        if restartable and len(holders) > 1:
+            kv.forget(job.slot)
+            job.prefill_at = 0
+            job.handle.usage.cached_tokens = 0
+            return True
+    return False
+
+
+def _end_largest(kv: SlotTable, running: list[tuple[Job, Choice]]) -> None:
+    """Ends the running choice holding the most cells: its context is what is full."""
+    job, choice = max(running, key=lambda item: len(item[1].slot.cached)
+                      if item[1].slot is not None else 0)
+    job.finish_choice(choice, "length", [])
+    # Its cells go unless the job's prompt slot must still seed a waiting sibling.
+    if choice.slot is not None and (choice.slot is not job.slot or not job.pending_choices()):
+        kv.forget(choice.slot)
