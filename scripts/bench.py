@@ -212,11 +212,16 @@ def main() -> None:
     parser.add_argument("--peer-edge", default=None, metavar="ARGS",
                         help='compare against a second edge_server with these options, e.g. '
                              '"--draft-max 0", instead of llama-server')
+    parser.add_argument("--peer-root", type=Path, default=None, metavar="CHECKOUT",
+                        help="the second edge_server runs from this checkout (another "
+                             "commit's code; implies --peer-edge)")
+    parser.add_argument("--own-defaults", action="store_true",
+                        help="no shared --parallel / --ctx-size: each server's defaults")
     parser.add_argument("--peer-env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable of the second edge_server (repeatable; "
                              "without --peer-edge, that server has the same options)")
     args = parser.parse_args()
-    if args.peer_env and args.peer_edge is None:
+    if (args.peer_env or args.peer_root) and args.peer_edge is None:
         args.peer_edge = ""
     if any("=" not in item for item in args.peer_env):
         parser.error("--peer-env takes NAME=VALUE")
@@ -226,8 +231,10 @@ def main() -> None:
         args.workdir = Path(tmp)
         if args.mode in compared:
             model = resolve_model(args.model or "smollm2", args.workdir)
-            shared = ["--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size)]
-            peer = ["-np", str(args.parallel), "-c", str(args.ctx_size), *repack_flag()]
+            shared = [] if args.own_defaults else [
+                "--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size)]
+            peer = [*([] if args.own_defaults else [
+                "-np", str(args.parallel), "-c", str(args.ctx_size)]), *repack_flag()]
             compare(args, model, [*shared, *shlex.split(args.edge_args)],
                     [*peer, *shlex.split(args.peer_args)],
                     None if args.peer_edge is None else shlex.split(args.peer_edge), peer_env,

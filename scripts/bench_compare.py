@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 from bench_common import round_order
-from bench_servers import EdgeServer, LlamaServer, ServerProcess
+from bench_servers import ROOT, EdgeServer, LlamaServer, ServerProcess
 
 WORDS = [
     "river", "stone", "garden", "window", "letter", "market", "winter", "silver", "forest",
@@ -269,8 +269,11 @@ def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
         else:
             theirs = EdgeServer(model_path, args.threads, [*edge_extra, *peer_edge],
                                 env={"XDG_DATA_HOME": str(args.workdir / "peer-data"),
-                                     **(peer_env or {})})
+                                     **(peer_env or {})},
+                                root=args.peer_root or ROOT)
             changed = [*peer_edge, *(f"{k}={v}" for k, v in (peer_env or {}).items())]
+            if args.peer_root:
+                changed.append(f"({args.peer_root.name})")
             theirs.name = f"edge_server {' '.join(changed)}"
     except BaseException:
         ours.close()

@@ -21,15 +21,16 @@ class ServerProcess:
 
     name = "server"
 
-    def __init__(self, cmd: list[str], ready_path: str, env: dict[str, str] | None = None) -> None:
-        self.cmd, self.ready_path, self.env = cmd, ready_path, env
+    def __init__(self, cmd: list[str], ready_path: str, env: dict[str, str] | None = None,
+                 root: Path = ROOT) -> None:
+        self.cmd, self.ready_path, self.env, self.root = cmd, ready_path, env, root
         self.start()
 
     def start(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [*self.cmd, "--port", str(self.port)], cwd=ROOT, stdout=subprocess.DEVNULL,
+            [*self.cmd, "--port", str(self.port)], cwd=self.root, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, env={**os.environ, **(self.env or {})},
         )
         try:
@@ -56,10 +57,11 @@ class EdgeServer(ServerProcess):
     name = "edge_server"
 
     def __init__(self, model: Path, threads: int, extra: list[str],
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, root: Path = ROOT) -> None:
+        """`root`: the checkout whose edge_server runs (another commit's, to compare)."""
         cmd = [sys.executable, "-m", "edge_server", "serve", "--threads", str(threads),
                "--log-level", "warning", "--model", str(model), "--model-id", "bench", *extra]
-        super().__init__(cmd, "/health", env)
+        super().__init__(cmd, "/health", env, root)
 
 
 class LlamaServer(ServerProcess):

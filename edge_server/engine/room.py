@@ -11,8 +11,10 @@ decode tried again:
    drafts go next;
 3. the youngest request still evaluating its prompt gives its cells back and starts its
    prompt over once there is room (running requests go first);
-4. a running request that cannot grow ends, finish reason "length", as one at the end
-   of its context does; one lone prompt that still finds no room fails with 503.
+4. the youngest running requests pause, a step at a time, so the older ones grow and
+   finish; where the oldest alone still finds no room, the paused request holding the
+   most cells ends, finish reason "length", as one at the end of its context does. One
+   lone prompt that still finds no room fails with 503.
 
 Running requests are never failed for another's growth, and no request gets a 500.
 """
@@ -32,36 +34,46 @@ __all__ = ["NO_ROOM", "decode_in_room"]
 
 
 def decode_in_room(kv: SlotTable, jobs: list[Job], decode: Callable[[], int],
-                   refill: Callable[[bool], StepBatch], step: StepBatch,
+                   refill: Callable[[bool, set[int]], StepBatch], step: StepBatch,
                    abort: Callable[[Job, EngineError], None]) -> tuple[int, StepBatch]:
     """Decodes the step's batch, making room as above while llama.cpp finds none.
-    `refill(prefill)` rebuilds the batch (with or without prompt chunks) and returns the
-    new step; returns llama_decode's last status and the step that ran."""
-    with_prefill = True
+    `refill(prefill, paused)` rebuilds the batch (with or without prompt chunks, without
+    the choices whose id() is in `paused`) and returns the new step; returns
+    llama_decode's last status and the step that ran."""
+    with_prefill, paused = True, set[int]()
     status = decode()
     while status == NO_ROOM:
-        decoding = step.decoding or step.firsts
+        running = [*step.firsts, *step.decoding]
         if kv.evict_idle():
             pass
-        elif step.prefill and decoding:
+        elif step.prefill and running:
             with_prefill = False
         elif any(choice.drafts for _, choice in step.decoding):
             for _, choice in step.decoding:
                 choice.drafts = []
         elif _restart_youngest_prompt(kv, jobs):
             pass
-        elif decoding:
-            _end_largest(kv, [*step.decoding, *step.firsts])
+        elif len(running) > 1:
+            paused.add(id(_youngest(jobs, running)))
+        elif paused or running:
+            _end_largest(kv, jobs, paused, running)
+            paused.clear()
         else:
             for job, _, _ in step.prefill:
                 abort(job, EngineError("the KV cache has no room for this prompt now; "
                                        "retry shortly"))
             return 0, StepBatch()
-        step = refill(with_prefill)
+        step = refill(with_prefill, paused)
         if not (step.decoding or step.firsts or step.prefill):
             return 0, step
         status = decode()
     return status, step
+
+
+def _youngest(jobs: list[Job], running: list[tuple[Job, Choice]]) -> Choice:
+    """The choice of the most recently admitted job among `running` (its last)."""
+    order = {id(job): i for i, job in enumerate(jobs)}
+    return max(running, key=lambda item: (order[id(item[0])], item[1].index))[1]
 
 
 def _restart_youngest_prompt(kv: SlotTable, jobs: list[Job]) -> bool:
@@ -79,9 +91,13 @@ def _restart_youngest_prompt(kv: SlotTable, jobs: list[Job]) -> bool:
     return False
 
 
-def _end_largest(kv: SlotTable, running: list[tuple[Job, Choice]]) -> None:
-    """Ends the running choice holding the most cells: its context is what is full."""
-    job, choice = max(running, key=lambda item: len(item[1].slot.cached)
+def _end_largest(kv: SlotTable, jobs: list[Job], paused: set[int],
+                 running: list[tuple[Job, Choice]]) -> None:
+    """Ends the paused (else running) choice holding the most cells: with only the
+    oldest left to run, the cache is full of what it and the paused ones hold."""
+    candidates = [(job, c) for job in jobs for c in job.choices
+                  if id(c) in paused and not c.finished] or running
+    job, choice = max(candidates, key=lambda item: len(item[1].slot.cached)
                       if item[1].slot is not None else 0)
     job.finish_choice(choice, "length", [])
     # Its cells go unless the job's prompt slot must still seed a waiting sibling.

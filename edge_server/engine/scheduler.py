@@ -241,7 +241,8 @@ class Scheduler:
 
         status, step = decode_in_room(
             self.kv, self._jobs, lambda: self.threads.decode(self.model, batch),
-            lambda prefill: fill_step_batch(batch, self._jobs, chunk, prefill), step,
+            lambda prefill, paused: fill_step_batch(batch, self._jobs, chunk, prefill, paused),
+            step,
             self._abort)
         self.kv.decoded()
         if status != 0:  # room was made for it: this is llama.cpp failing
