@@ -55,9 +55,10 @@ class ServeOptions:
     min_free_disk_mb: int = _opt(1024, "free disk a pull must leave in the models "
                                  "directory: a pull that would leave less is refused (507) "
                                  "before it starts, and stops when the disk fills during it")
-    ctx_size: int = _opt(0, "KV cache size in tokens of all slots together, split evenly: "
-                         "one request's prompt plus completion fits ctx_size / parallel "
-                         "(default: parallel x the model's training context, at most 2048)")
+    ctx_size: int = _opt(0, "tokens one request may use, prompt plus completion (Ollama's "
+                         "num_ctx), at most the model's training context; all slots share a "
+                         "KV cache of that many cells (default: the training context, as far "
+                         "as a quarter of --memory-budget-mb holds its cache)")
     threads: int = _opt(0, "CPU threads (default: all cores)")
     adaptive_threads: str = _opt("off", "on: time decode steps on all --threads and on one "
                                  "fewer, and use the faster per batch size (for machines busy "
@@ -129,7 +130,8 @@ class ServeOptions:
     keep_alive: float = _opt(300.0, "seconds a model stays loaded unused (-1: forever); the "
                              "default model is loaded again on its next request")
     memory_budget_mb: int = _opt(0, "memory for loaded models, weights plus KV cache; the "
-                                 "least recently used idle model is unloaded to make room "
+                                 "least recently used idle model is unloaded to make room; a "
+                                 "model's default context takes at most a quarter of it "
                                  "(default: 75% of RAM)")
     api_key: list[str] = _opt([], "accepted API key (repeatable); requests then need "
                               "`Authorization: Bearer KEY`", action="append")

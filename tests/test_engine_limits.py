@@ -63,7 +63,7 @@ def test_many_choices_wait_for_sequences_instead_of_failing(http: httpx.Client) 
 
 
 def test_max_tokens_must_fit_one_sequence(http: httpx.Client) -> None:
-    """Each choice has a KV stream of its own: --ctx-size 16384 over 4 slots is 4,096."""
+    """Each choice may use --ctx-size tokens (4,096 on the shared server), not more."""
     body = {"model": DEFAULT_MODEL, "prompt": "Hi", "n": 8, "max_tokens": 5000}
     strict = http.post("/v1/completions",
                        json={**body, "context_length_exceeded_behavior": "error"})
@@ -74,8 +74,9 @@ def test_max_tokens_must_fit_one_sequence(http: httpx.Client) -> None:
 
 
 def test_small_kv_cache_keeps_every_answer(tmp_path: Path) -> None:
-    """8 requests needing ~1,300 cells with --ctx-size 1024: each slot's stream holds its
-    own request, so all finish whole, none cut short by the others."""
+    """8 requests needing ~1,300 cells with --ctx-size 1024 (one cache all slots share):
+    the youngest pause while the older grow and finish, so all finish whole, none cut
+    short by the others."""
     server = start_server(tmp_path, "--ctx-size", "1024", "--parallel", "8", name="kv")
     try:
         def ask(i: int) -> dict:

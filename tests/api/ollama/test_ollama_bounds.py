@@ -34,7 +34,7 @@ from conftest import (
 from PIL import Image
 
 INT32_MAX = 2**31 - 1
-N_CTX = 512  # per request: --ctx-size 1024 over --parallel 2
+N_CTX = 512  # per request: --ctx-size
 MEMORY_LIMIT_MB = 4096
 MAX_RSS_GROWTH_MB = 50
 
@@ -44,7 +44,7 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("bounds")
     projector = write_test_projector(tmp / "test-mmproj.gguf")
     # One thread: the CPU time of a request is its work, not threads spinning for a core.
-    server = start_server(tmp, "--mmproj", str(projector), "--ctx-size", "1024",
+    server = start_server(tmp, "--mmproj", str(projector), "--ctx-size", str(N_CTX),
                           "--parallel", "2", "--threads", os.environ.get(THREADS_ENV, "1"),
                           name="bounds", memory_limit_mb=MEMORY_LIMIT_MB)
     yield server

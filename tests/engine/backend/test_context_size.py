@@ -80,6 +80,28 @@ def test_overflow_is_still_a_400_naming_both_sizes(default_server) -> None:
         assert SMOLLM2_TRAINED in sizes and any(n > SMOLLM2_TRAINED for n in sizes), message
 
 
+def test_num_ctx_above_the_old_default_is_honoured_and_capped(default_server) -> None:
+    """Ollama's num_ctx up to the trained context: a 2,100-token prompt fits num_ctx
+    2,200 (it was capped at 2,048 a request); a num_ctx past the trained context is
+    capped there, so an answer may take what the prompt leaves of 8,192."""
+    with httpx.Client(base_url=default_server.base_url, timeout=900) as http:
+        prompt = words_of_tokens(http, 2100, seed=1)
+        r = http.post("/api/generate", json={
+            "model": "default", "prompt": prompt, "raw": True, "stream": False,
+            "options": {"num_ctx": 2200, "num_predict": 1, "temperature": 0}})
+        assert r.status_code == 200, r.text
+        assert r.json()["prompt_eval_count"] >= 2090
+        over = http.post("/api/generate", json={
+            "model": "default", "prompt": prompt, "raw": True, "stream": False,
+            "options": {"num_ctx": 10**6, "num_predict": 1, "temperature": 0}})
+        assert over.status_code == 200, over.text
+        too_long = http.post("/api/generate", json={
+            "model": "default", "prompt": prompt, "raw": True, "stream": False,
+            "options": {"num_ctx": 2000, "num_predict": 1}})
+        assert too_long.status_code == 400, too_long.text
+        assert "num_ctx" in str(too_long.json())
+
+
 def test_ctx_size_is_per_request_and_capped_at_the_trained_context(tmp_path: Path) -> None:
     for asked, served in ((1024, 1024), (100_000, SMOLLM2_TRAINED)):
         server = start_server(tmp_path, "--ctx-size", str(asked), "--parallel", "8",
