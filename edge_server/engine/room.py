@@ -21,12 +21,15 @@ Running requests are never failed for another's growth, and no request gets a 50
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from .errors import EngineError
 from .jobs import Choice, Job
 from .kv.slots import SlotTable
 from .step_batch import StepBatch
+
+log = logging.getLogger(__name__)
 
 NO_ROOM = 1  # llama_decode: no KV cells for the batch; the cache is as it was
 
@@ -99,6 +102,8 @@ def _end_largest(kv: SlotTable, jobs: list[Job], paused: set[int],
                   if id(c) in paused and not c.finished] or running
     job, choice = max(candidates, key=lambda item: len(item[1].slot.cached)
                       if item[1].slot is not None else 0)
+    log.info("KV cache full: a choice ends at %d tokens (finish reason length)",
+             len(choice.slot.cached) if choice.slot is not None else 0)
     job.finish_choice(choice, "length", [])
     # Its cells go unless the job's prompt slot must still seed a waiting sibling.
     if choice.slot is not None and (choice.slot is not job.slot or not job.pending_choices()):
