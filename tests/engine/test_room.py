@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 from conftest import start_server, stop_server
 
-_WORDS = "alpha beta gamma delta river mountain cloud paper window garden".split()
+_WORDS = ["alpha", "beta", "gamma", "delta", "river", "mountain", "cloud", "paper",
+          "window", "garden"]
 SHORT_ANSWER = 32
 
 

@@ -17,7 +17,8 @@ from test_second_model import gemma_gguf
 
 SMOLLM2_TRAINED = 8192
 GEMMA3_TRAINED = 32768
-_WORDS = "alpha beta gamma delta river mountain cloud paper window garden".split()
+_WORDS = ["alpha", "beta", "gamma", "delta", "river", "mountain", "cloud", "paper",
+          "window", "garden"]
 
 
 def words_of_tokens(http: httpx.Client, n_tokens: int, seed: int = 0) -> str:
