@@ -16,7 +16,8 @@ decode tried again:
    most cells ends, finish reason "length", as one at the end of its context does. One
    lone prompt that still finds no room fails with 503.
 
-Running requests are never failed for another's growth, and no request gets a 500.
+Admission (`admits`) keeps requests with short answers from meeting here at all: one
+starts when its prompt and answer fit beside the running ones. No request gets a 500.
 """
 
 from __future__ import annotations
@@ -27,13 +28,35 @@ from collections.abc import Callable
 from .errors import EngineError
 from .jobs import Choice, Job
 from .kv.slots import SlotTable
+from .request import GenerationRequest
 from .step_batch import StepBatch
 
 log = logging.getLogger(__name__)
 
 NO_ROOM = 1  # llama_decode: no KV cells for the batch; the cache is as it was
 
-__all__ = ["NO_ROOM", "decode_in_room"]
+__all__ = ["NO_ROOM", "admits", "decode_in_room"]
+
+# Answer cells reserved at admission: max_tokens up to this share of the cache per slot
+# (at least _MIN_ANSWER_SHARE). Short answers are reserved whole, so requests that fit
+# together never meet below; open-ended ones grow past it into free cells.
+_MIN_ANSWER_SHARE = 512
+
+
+def _reserved(request: GenerationRequest, n_ctx: int, n_slots: int) -> int:
+    share = max(n_ctx // (2 * max(n_slots, 1)), _MIN_ANSWER_SHARE)
+    return len(request.prompt_tokens) + request.n * min(request.max_tokens, share)
+
+
+def admits(jobs: list[Job], request: GenerationRequest, n_ctx: int, n_slots: int) -> bool:
+    """Whether `request` may start now: alone always (it fits the context: checked at
+    submit), else when its reserved cells fit beside the running requests' (idle slots'
+    cells do not count: they are evicted for it). Shared prefixes count once per
+    request: a conservative figure."""
+    if not jobs:
+        return True
+    held = sum(_reserved(job.request, n_ctx, n_slots) for job in jobs)
+    return held + _reserved(request, n_ctx, n_slots) <= n_ctx
 
 
 def decode_in_room(kv: SlotTable, jobs: list[Job], decode: Callable[[], int],

@@ -35,7 +35,7 @@ from .kv.prompt_store import PromptStore
 from .kv.slots import Slot, SlotTable
 from .multimodal.projector import Projector
 from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
-from .room import decode_in_room
+from .room import admits, decode_in_room
 from .sampling.chain import GrammarError
 from .sampling.logprobs import token_logprob
 from .sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
@@ -380,7 +380,8 @@ class Scheduler:
         waiting = self._waiting.snapshot()
         for i, handle in enumerate(waiting):
             free = self.kv.free_slots()
-            if not free:
+            if not free or not admits(self._jobs, handle.request, self.model.n_ctx,
+                                      self.n_slots):
                 return
             self._waiting.remove(handle)
             self._start_job(handle, free, others_waiting=len(waiting) - i - 1)
