@@ -75,12 +75,14 @@ def test_max_tokens_must_fit_one_sequence(http: httpx.Client) -> None:
 
 def test_small_kv_cache_keeps_every_answer(tmp_path: Path) -> None:
     """8 requests needing ~1,300 cells with --ctx-size 1024 (one cache all slots share):
-    the youngest pause while the older grow and finish, so all finish whole, none cut
-    short by the others."""
-    server = start_server(tmp_path, "--ctx-size", "1024", "--parallel", "8", name="kv")
+    those that do not fit beside the running ones wait for them, so all finish whole,
+    none cut short by the others."""
+    # Those that do not fit yet wait in the queue: long enough for a slow machine.
+    server = start_server(tmp_path, "--ctx-size", "1024", "--parallel", "8",
+                          "--queue-timeout", "600", name="kv")
     try:
         def ask(i: int) -> dict:
-            r = httpx.post(f"{server.v1}/completions", timeout=300, json={
+            r = httpx.post(f"{server.v1}/completions", timeout=900, json={
                 "model": DEFAULT_MODEL, "prompt": f"Story {i}: once upon a time",
                 "max_tokens": 150, "ignore_eos": True, "temperature": 0.7, "seed": i})
             assert r.status_code == 200, r.text
