@@ -2,7 +2,8 @@
 template as its `chat_template_file`): templates with `{% generation %}` load and serve,
 Gemma 2 (no system role) answers with tools, a template's own raise_exception is a 400
 naming its message on every door that renders, and a template's defaults hold where the
-caller asks for nothing (Apertus deliberates only when asked)."""
+caller asks for nothing (Apertus deliberates only when asked), and earlier reasoning
+reaches the template from every door that replays it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ FAMILIES = {
     "laguna": "poolside-Laguna-XS.2",
     "lfm25": "LFM2.5-8B-A1B",
     "apertus": "Apertus-8B-Instruct",
+    "qwen3": "Qwen-Qwen3-0.6B",  # keeps the reasoning of turns after the last user query
 }
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
@@ -100,3 +102,59 @@ def test_template_defaults_hold_unless_asked(families: RunningServer) -> None:
     asked = _prompt(families, "apertus", messages=HELLO,
                     chat_template_kwargs={"enable_thinking": True})
     assert "Deliberation: enabled" in asked
+
+
+THOUGHT = "The user wants the weather, so I call the tool."
+
+
+def _tool_turns(thought: str | None) -> dict[str, list[dict[str, object]]]:
+    """One tool exchange whose assistant turn carries `thought`, as each door writes it
+    (Qwen 3 shows the reasoning of turns after the last user query)."""
+    ask = {"role": "user", "content": "Weather in Paris?"}
+    chat_call = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "call00001", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
+    ollama_call = {"role": "assistant", "content": "", "tool_calls": [{
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+    use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+           "input": {"city": "Paris"}}
+    blocks: list[dict[str, object]] = [use]
+    if thought is not None:
+        chat_call["reasoning_content"] = thought
+        ollama_call["thinking"] = thought
+        blocks = [{"type": "thinking", "thinking": thought, "signature": ""}, use]
+    return {
+        "chat": [ask, chat_call, {"role": "tool", "tool_call_id": "call00001",
+                                  "content": "18 C"}],
+        "ollama": [ask, ollama_call, {"role": "tool", "tool_name": "get_weather",
+                                      "content": "18 C"}],
+        "messages": [ask, {"role": "assistant", "content": blocks}, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18 C"}]}],
+    }
+
+
+def _prompt_tokens(server: RunningServer, door: str, thought: str | None) -> int:
+    base, messages = server.base_url, _tool_turns(thought)[door]
+    if door == "chat":
+        r = httpx.post(f"{base}/tokenize", json={"model": "qwen3", "messages": messages,
+                                                 "tools": [WEATHER]}, timeout=60)
+        assert r.status_code == 200, r.text
+        return len(r.json()["tokens"])
+    if door == "ollama":
+        r = httpx.post(f"{base}/api/chat", timeout=120, json={
+            "model": "qwen3", "messages": messages, "stream": False,
+            "tools": [WEATHER], "options": {"num_predict": 1}})
+        assert r.status_code == 200, r.text
+        return int(r.json()["prompt_eval_count"])
+    r = httpx.post(f"{base}/v1/messages/count_tokens", timeout=60, json={
+        "model": "qwen3", "messages": messages, "tools": [{
+            "name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]})
+    assert r.status_code == 200, r.text
+    return int(r.json()["input_tokens"])
+
+
+@pytest.mark.parametrize("door", ["chat", "ollama", "messages"])
+def test_earlier_reasoning_reaches_the_template(families: RunningServer, door: str) -> None:
+    without = _prompt_tokens(families, door, None)
+    with_thought = _prompt_tokens(families, door, THOUGHT)
+    assert with_thought > without + 5  # the thought's words, inside <think> … </think>
