@@ -135,8 +135,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
         sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
 
     def render(messages: list[ChatMessage]) -> tuple[RenderedChat, dict[str, RgbImage]]:
-        return render_chat(messages, engine, tools, enable_thinking=req.enable_thinking,
-                           template_kwargs=req.chat_template_kwargs)
+        return render_chat(messages, engine, tools, template_kwargs=req.template_kwargs)
 
     prompt: ChatPrompt = make_prompt(req.messages, render) if make_prompt is not None \
         else chat_prompt(*render(req.messages), engine)

@@ -58,7 +58,7 @@ def _count(req: CountTokensRequest, engine: Engine) -> int:
         chat = to_chat(req, images)
         tools = tooling.active_tools(chat)
         prompt = chat_prompt(*render_chat(chat.messages, engine, tools,
-                                          enable_thinking=chat.enable_thinking), engine)
+                                          template_kwargs=chat.template_kwargs), engine)
     except APIError as exc:
         raise renamed(exc, images) from exc
     return len(prompt.tokens)

@@ -64,7 +64,7 @@ class Message(BaseModel):
     content: str | None = ""
     images: Images = None
     tool_calls: Annotated[list[ToolCall], Field(max_length=MAX_TOOL_CALLS)] | None = None
-    thinking: str | None = None  # earlier reasoning: not part of the prompt
+    thinking: str | None = None  # earlier reasoning: the turn's reasoning_content
     tool_name: str | None = Field(default=None, max_length=64)
     tool_call_id: str | None = Field(default=None, max_length=256)
 

@@ -116,7 +116,9 @@ def _messages(req: ChatRequest, names: Names) -> list[ChatMessage]:
                 arguments=json.dumps(call.function.arguments, ensure_ascii=False)))
                 for j, call in enumerate(message.tool_calls)]
             pending = [call.id for call in calls]
-        out.append(ChatMessage(role=message.role, content=content, tool_calls=calls))
+        reasoning = message.thinking if message.role == "assistant" else None
+        out.append(ChatMessage(role=message.role, content=content, tool_calls=calls,
+                               reasoning_content=reasoning or None))
     return out
 
 
@@ -129,7 +131,7 @@ def _thinking(think: bool | str | None) -> dict[str, Any]:
     or a level): the reasoning comes back as `thinking`, a level reaching the template as
     chat's reasoning_effort does; off: the template is told not to think."""
     if think is None:
-        return {"enable_thinking": True, "separate_reasoning": False}
+        return {"separate_reasoning": False}
     if isinstance(think, str):
         return {"reasoning_effort": THINK_EFFORT[think], "separate_reasoning": True}
     return {"enable_thinking": think, "separate_reasoning": think}
