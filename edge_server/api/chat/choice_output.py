@@ -12,14 +12,14 @@ from typing import Any
 
 from ...engine import FinishReason
 from .protocol import ChatFinishReason, ChatResponseMessage
-from .reasoning import ReasoningSplitter
+from .reasoning import CLOSE, OPEN, ReasoningSplitter
 from .tool_parsers import (
     CallArguments,
     CallStart,
     Content,
     Event,
     ToolCallFormat,
-    ToolCallParser,
+    call_parser,
 )
 
 
@@ -32,6 +32,7 @@ class ToolMode:
     forced: bool  # the grammar makes the answer one call
     max_calls: int | None  # None: as many as the model writes
     legacy: bool  # answer as `function_call` (the request sent `functions`)
+    schemas: dict[str, Any] = field(default_factory=dict)  # name -> parameters' schema
 
 
 @dataclass
@@ -42,13 +43,23 @@ class _Call:
 
 
 class ChoiceOutput:
-    def __init__(self, *, split_reasoning: bool, reasoning_opened: bool, tools: ToolMode | None):
+    def __init__(
+        self,
+        *,
+        split_reasoning: bool,
+        reasoning_opened: bool,
+        tools: ToolMode | None,
+        think: tuple[str, str] | None = None,
+    ):
         self._splitter = (
-            ReasoningSplitter(starts_inside=reasoning_opened) if split_reasoning else None
+            ReasoningSplitter(starts_inside=reasoning_opened, markers=think or (OPEN, CLOSE))
+            if split_reasoning
+            else None
         )
         self._tools = tools
         self._parser = (
-            ToolCallParser(tools.names, tools.fmt, forced=tools.forced, max_calls=tools.max_calls)
+            call_parser(tools.names, tools.fmt, forced=tools.forced,
+                        max_calls=tools.max_calls, schemas=tools.schemas)
             if tools
             else None
         )
