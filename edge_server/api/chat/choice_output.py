@@ -36,6 +36,11 @@ class ToolMode:
 
 
 @dataclass
+class _Reasoning:
+    text: str
+
+
+@dataclass
 class _Call:
     id: str
     name: str
@@ -69,19 +74,11 @@ class ChoiceOutput:
 
     def push(self, text: str) -> list[dict[str, Any]]:
         """Deltas (OpenAI `delta` objects) that the new text makes known."""
-        reasoning, content = self._splitter.push(text) if self._splitter else ("", text)
-        events: list[Event] = self._parser.feed(content) if self._parser else [Content(content)]
-        return self._deltas(reasoning, events)
+        return self._deltas(self._parser.feed(text) if self._parser else [Content(text)])
 
     def finish(self) -> list[dict[str, Any]]:
         """Deltas of what was held back until the end."""
-        reasoning, content = self._splitter.finish() if self._splitter else ("", "")
-        events: list[Event] = []
-        if self._parser:
-            events = self._parser.feed(content) + self._parser.finish()
-        elif content:
-            events = [Content(content)]
-        return self._deltas(reasoning, events)
+        return self._deltas(self._parser.finish() if self._parser else [], end=True)
 
     def finish_reason(self, engine_reason: FinishReason | None) -> ChatFinishReason | None:
         """Calls end the answer with `tool_calls` (`function_call`), unless it was cut
@@ -114,13 +111,36 @@ class ChoiceOutput:
     def _legacy(self) -> bool:
         return bool(self._tools and self._tools.legacy)
 
-    def _deltas(self, reasoning: str, events: list[Event]) -> list[dict[str, Any]]:
+    def _split(self, events: list[Event], end: bool) -> list[Event | _Reasoning]:
+        """The content split into reasoning and answer. Calls are read first: the
+        family's call markers may hold its reasoning markers (harmony's
+        `to=functions.f<|channel|>analysis<|message|>`), and a call written before the
+        reasoning closed is still a call."""
+        if self._splitter is None:
+            return list(events)
+        out: list[Event | _Reasoning] = []
+        pieces = [(e, self._splitter.push(e.text)) if isinstance(e, Content) else (e, None)
+                  for e in events]
+        if end:
+            pieces.append((Content(""), self._splitter.finish()))
+        for event, split in pieces:
+            if split is None:
+                out.append(event)
+                continue
+            reasoning, content = split
+            if reasoning:
+                out.append(_Reasoning(reasoning))
+            if content:
+                out.append(Content(content))
+        return out
+
+    def _deltas(self, events: list[Event], end: bool = False) -> list[dict[str, Any]]:
         deltas: list[dict[str, Any]] = []
-        if reasoning:
-            self._reasoning.append(reasoning)
-            deltas.append({"reasoning_content": reasoning})
-        for event in events:
-            if isinstance(event, Content):
+        for event in self._split(events, end):
+            if isinstance(event, _Reasoning):
+                self._reasoning.append(event.text)
+                deltas.append({"reasoning_content": event.text})
+            elif isinstance(event, Content):
                 if not event.text:
                     continue
                 self._content.append(event.text)

@@ -201,7 +201,7 @@ HARMONY = ToolCallFormat(
         closes=("<|call|>",),
     ),
     trigger=_HARMONY_CALL,
-    drops=("<|channel|>final<|message|>", "<|start|>assistant", "<|return|>", "<|end|>"),
+    drops=("<|channel|>final<|message|>", "<|start|>assistant", "<|return|>"),
     think=("<|channel|>analysis<|message|>", "<|end|>"),
     forced="{calls}",
     forced_call="<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{args}"
@@ -225,7 +225,7 @@ APERTUS = ToolCallFormat(
 GEMMA4 = ToolCallFormat(
     "gemma4",
     layout=NamedJson(
-        opens=(r"<\|tool_call>\s*call:(?P<name>[^{\s]+)",), closes=("<tool_call|>",),
+        opens=(r"<\|tool_call>\s*call:(?P<name>[^{\s]+)(?=\{)",), closes=("<tool_call|>",),
         arguments=gemma_arguments,
     ),
     trigger=r"<\|tool_call>",
@@ -286,7 +286,7 @@ def format_for_template(source: str, renders_tools: bool = True) -> ToolCallForm
 def think_markers(source: str) -> tuple[str, str]:
     """Where the template's model opens and closes its reasoning."""
     for markers, fmt in _BY_MARKER:
-        if all(m in source for m in markers) and fmt.think[0] in source:
+        if all(m in source for m in markers):
             return fmt.think
     for fmt in (MISTRAL, SEED_OSS, COMMAND_R7B, MINIMAX_M3, GEMMA4, KIMI_K3):
         if fmt.think[0] in source:

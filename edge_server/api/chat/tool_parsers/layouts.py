@@ -54,9 +54,12 @@ class _Reader:
             start = self.pos
             while self.pos < len(self.text) and self.text[self.pos] in chars:
                 self.pos += 1
+            rest = self.text[self.pos :]
             for n in self.noise:
-                if self.text.startswith(n, self.pos):
+                if rest.startswith(n):
                     self.pos += len(n)
+                elif rest and n.startswith(rest) and not self.final:
+                    self.waiting = True  # a cut-off marker: what follows is not known yet
             if self.pos == start:
                 return
 
@@ -116,6 +119,8 @@ class Layout:
             return out
         while True:
             r.skip(WHITESPACE + self.separators)
+            if r.waiting:
+                return out
             if r.at_end:
                 if final:
                     out.end = r.pos
