@@ -1,6 +1,6 @@
 """The grammar of a forced call written the way the model's family writes calls: the
 family's markers around the call (`<tool_call>…</tool_call>`, `[TOOL_CALLS][…]`), or its
-layout (`<function=name><parameter=k>…</parameter></function>`, `name<｜tool▁sep｜>{…}`),
+layout (`<function=name><parameter=k>…</parameter></function>`, `name[ARGS]{…}`),
 with the arguments (or each parameter's value) still held to the tool's schema.
 
 Each schema's grammar comes from the same converter as any response_format schema; its
@@ -35,17 +35,17 @@ def family_call_grammar(tools: list[Tool], fmt: ToolCallFormat, call_object: str
         rules = renamed(call_object, "call-")
         return f"root ::= {literal(before)} call-root {literal(after)}\n{rules}"
     calls: list[str] = []
-    rules: list[str] = []
+    parts: list[str] = []
     for i, tool in enumerate(tools):
         parameters: Any = tool.function.parameters or {"type": "object"}
         strict = bool(tool.function.strict)
-        call = _call_rule(f"t{i}-", tool.function.name, parameters, fmt, strict, rules)
+        call = _call_rule(f"t{i}-", tool.function.name, parameters, fmt, strict, parts)
         if call is None:
             return None
         calls.append(call)
     before, _, after = fmt.forced.partition("{calls}")
     body = " | ".join(f"( {c} )" for c in calls)
-    return f"root ::= {literal(before)} ( {body} ) {literal(after)}\n" + "\n".join(rules)
+    return f"root ::= {literal(before)} ( {body} ) {literal(after)}\n" + "\n".join(parts)
 
 
 def _call_rule(prefix: str, name: str, parameters: Any, fmt: ToolCallFormat, strict: bool,

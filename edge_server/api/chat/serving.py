@@ -37,6 +37,7 @@ from ..http.dependencies import off_loop
 from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
+from .family_grammar import family_call_grammar
 from .prompt import ChatPrompt, MakePrompt, chat_prompt, render_chat
 from .protocol import (
     ChatChoice,
@@ -45,7 +46,6 @@ from .protocol import (
     ChatMessage,
     NamedToolChoice,
 )
-from .family_grammar import family_call_grammar
 from .streaming import stream_chat
 from .tool_parsers import FORCED, format_for_template, think_markers
 from .tool_schema import call_grammar

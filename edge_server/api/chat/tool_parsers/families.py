@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF003  (DeepSeek's markers are written with fullwidth bars)
 """Every model family's tool-call convention, and the one a chat template teaches.
 
 A family is a ToolCallFormat: either JSON call objects after a marker (read by
@@ -144,12 +145,14 @@ MINICPM5 = ToolCallFormat(
 MUSE_GLIMMER = ToolCallFormat(
     "muse_glimmer",
     layout=XmlParameters(
-        start=r"(?:<\|start\|>assistant)?(?: to=[^<\s]+<\|message\|>)?\s*<atem:function_calls>",
+        start=r"(?:<\|start\|>assistant)?(?: to=[^<\s]+<\|message\|>)?\s*"
+        r"<atem:function_calls>",
         end="</atem:function_calls>",
         open=r'<atem:invoke name="(?P<name>[^"]+)">', close="</atem:invoke>",
         parameter=r'<atem:parameter name="(?P<key>[^"]+)">', parameter_end="</atem:parameter>",
     ),
-    trigger=r"(?:<\|start\|>assistant)?(?: to=(?!user)[^<\s]+<\|message\|>)?\s*<atem:function_calls>",
+    trigger=r"(?:<\|start\|>assistant)?(?: to=(?!user)[^<\s]+<\|message\|>)?\s*"
+    r"<atem:function_calls>",
     drops=(" to=user<|message|>", "<|eot|>", "<|eom|>", "<|start|>assistant"),
 )
 KIMI_K3 = ToolCallFormat(
@@ -177,7 +180,8 @@ KIMI_K2 = ToolCallFormat(
     forced_call="<|tool_call_begin|>functions.{name}:0<|tool_call_argument_begin|>{args}"
     "<|tool_call_end|>",
 )
-# R1: `…begin｜>function<｜tool▁sep｜>name\n```json\n{…}```…`; V3.1: `…begin｜>name<｜tool▁sep｜>{…}`.
+# R1: `…begin｜>function<｜tool▁sep｜>name\n```json\n{…}```…`;
+# V3.1: `…begin｜>name<｜tool▁sep｜>{…}`.
 DEEPSEEK = ToolCallFormat(
     "deepseek",
     layout=NamedJson(
