@@ -308,7 +308,7 @@ def json_value_end(text: str, final: bool) -> int | None:
     if not text:
         return None
     if text[0] not in '{["':
-        end = _SCALAR.match(text).end()  # type: ignore[union-attr]
+        end = _SCALAR.match(text).end()
         return end if end < len(text) or final else None
     depth = 0
     for m in _JSON_PIECES.finditer(text):
