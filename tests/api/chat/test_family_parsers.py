@@ -28,7 +28,7 @@ def read(case: dict[str, Any], pieces: list[str]) -> dict[str, Any]:
     source = template_source(case["template"])
     tools = {name: EXAMPLES["tools"][name] for name in case["tools"]}
     think = think_markers(source)
-    opened = think[1] in case["output"] and think[0] not in case["output"]
+    opened = case.get("opened") or (think[1] in case["output"] and think[0] not in case["output"])
     mode = ToolMode(names=tuple(tools), fmt=format_for_template(source, True), forced=False,
                     max_calls=None, legacy=False,
                     schemas={n: t["parameters"] for n, t in tools.items()})

@@ -217,6 +217,13 @@ FUNCTIONARY_V3_1 = ToolCallFormat(
     trigger=r"<function=",
     forced="{calls}", forced_call="<function={name}>{args}</function>",
 )
+# `name\n{…}` after `>>>` (the prompt writes the first one); `all\n` opens plain text.
+FUNCTIONARY_V3_2 = ToolCallFormat(
+    "functionary_v3.2",
+    layout=NamedJson(opens=(r"(?:>>>)?(?!all\n)(?P<name>[\w.\-]+)\n",)),
+    trigger=r">>>(?!all\n)", drops=(">>>all\n",), opening=r"all\n|(?=[\w.\-]+\n)",
+    forced="{calls}", forced_call="{name}\n{args}",
+)
 APERTUS = ToolCallFormat(
     "apertus",
     layout=NamedJson(
@@ -261,6 +268,7 @@ _BY_MARKER: tuple[tuple[tuple[str, ...], ToolCallFormat], ...] = (
     (("<|tool_call_start|>",), LFM2),
     (("<|tool_list_start|>",), LFM2),
     (("tools_prefix",), APERTUS),
+    ((">>>",), FUNCTIONARY_V3_2),
     (("<|START_ACTION|>",), COMMAND_R7B),
     (("Action:",), COMMAND_R_PLUS),
     (("TOOLCALL",), NEMOTRON_V2),
