@@ -128,7 +128,7 @@ FORCED = {  # template: the marker its forced call opens with
     "ByteDance-Seed-OSS.jinja": "<seed:tool_call>",
     "GLM-4.6.jinja": "<tool_call>add",
     "MiniMax-M2.jinja": "<minimax:tool_call>",
-    "deepseek-ai-DeepSeek-V3.2.jinja": "<｜DSML｜function_calls>",  # noqa: RUF001
+    "deepseek-ai-DeepSeek-V4.jinja": "<｜DSML｜tool_calls>",  # noqa: RUF001
     "openbmb-MiniCPM5-1B.jinja": '<function name="add">',
 }
 

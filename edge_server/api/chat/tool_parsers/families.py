@@ -286,12 +286,13 @@ _BY_MARKER: tuple[tuple[tuple[str, ...], ToolCallFormat], ...] = (
 
 
 def format_for_template(source: str, renders_tools: bool = True) -> ToolCallFormat:
-    """The convention the template's own tool instructions use; Hermes for templates
-    that know no tools (the generic tool prompt asks for it) or name no marker."""
-    if renders_tools:
-        for markers, fmt in _BY_MARKER:
-            if all(m in source for m in markers):
-                return fmt
+    """The convention the template's markers name, also where the template only writes
+    past calls and not the tools (DeepSeek R1 and V3.1: the model was trained on its
+    own convention); Hermes for templates that name no marker (the generic tool prompt
+    asks for it)."""
+    for markers, fmt in _BY_MARKER:
+        if all(m in source for m in markers):
+            return fmt
     return HERMES
 
 
