@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine import FinishReason
+from .control_text import ControlTexts
 from .protocol import ChatFinishReason, ChatResponseMessage
 from .reasoning import ReasoningSplitter
 from .tool_parsers import (
@@ -42,7 +43,10 @@ class _Call:
 
 
 class ChoiceOutput:
-    def __init__(self, *, split_reasoning: bool, reasoning_opened: bool, tools: ToolMode | None):
+    def __init__(self, *, split_reasoning: bool, reasoning_opened: bool, tools: ToolMode | None,
+                 controls: ControlTexts | None = None):
+        """`controls`: the model's control-token texts, where the engine renders them in
+        this choice's text (GenerationRequest.render_control); they are never shown."""
         self._splitter = (
             ReasoningSplitter(starts_inside=reasoning_opened) if split_reasoning else None
         )
@@ -52,6 +56,7 @@ class ChoiceOutput:
             if tools
             else None
         )
+        self._hidden = controls.hider() if controls is not None else None
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._calls: list[_Call] = []
@@ -60,6 +65,8 @@ class ChoiceOutput:
         """Deltas (OpenAI `delta` objects) that the new text makes known."""
         reasoning, content = self._splitter.push(text) if self._splitter else ("", text)
         events: list[Event] = self._parser.feed(content) if self._parser else [Content(content)]
+        if self._hidden is not None:
+            reasoning, events = self._hidden.shown(reasoning, events)
         return self._deltas(reasoning, events)
 
     def finish(self) -> list[dict[str, Any]]:
@@ -70,6 +77,8 @@ class ChoiceOutput:
             events = self._parser.feed(content) + self._parser.finish()
         elif content:
             events = [Content(content)]
+        if self._hidden is not None:
+            reasoning, events = self._hidden.shown(reasoning, events, final=True)
         return self._deltas(reasoning, events)
 
     def finish_reason(self, engine_reason: FinishReason | None) -> ChatFinishReason | None:

@@ -37,6 +37,7 @@ from ..http.dependencies import off_loop
 from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
+from .control_text import ControlTexts, control_texts
 from .prompt import ChatPrompt, MakePrompt, chat_prompt, render_chat
 from .protocol import (
     ChatChoice,
@@ -58,6 +59,9 @@ class _Plan:
     tools: ToolMode | None  # how the answer is read for calls; None: it is all content
     split_reasoning: bool
     reasoning_opened: bool  # the prompt already opened a <think> block
+    # The model's control-token texts, where the answer is parsed: the engine renders
+    # them for the parsers, and they are taken out of what the caller is shown.
+    controls: ControlTexts | None = None
 
     def outputs(self, n: int) -> list[ChoiceOutput]:
         return [
@@ -65,6 +69,7 @@ class _Plan:
                 split_reasoning=self.split_reasoning,
                 reasoning_opened=self.reasoning_opened,
                 tools=self.tools,
+                controls=self.controls,
             )
             for _ in range(n)
         ]
@@ -170,7 +175,12 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
         )
     # A forced call's grammar starts the answer with the call, never inside reasoning.
     opened = prompt.text.rstrip().endswith(THINK_OPEN) and not forced
-    return PreparedChat(request, _Plan(mode, bool(req.separate_reasoning), opened))
+    plan = _Plan(mode, bool(req.separate_reasoning), opened)
+    if mode is not None or plan.split_reasoning:
+        # Call markers (and some models' reasoning tags) are control tokens.
+        request.render_control = True
+        plan.controls = control_texts(engine.vocab)
+    return PreparedChat(request, plan)
 
 
 class ChatServing:
