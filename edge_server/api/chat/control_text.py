@@ -10,13 +10,14 @@ request without parsing gets.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import weakref
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from ...engine.backend.llama_model import Vocab
 from ...engine.chat_template import literal_pattern
-from .tool_parsers import Content, Event
 
 
 class ControlTexts:
@@ -27,8 +28,9 @@ class ControlTexts:
         self.starts = frozenset(text[:k] for text in texts for k in range(1, len(text)))
         self.longest = max((len(text) for text in texts), default=0)
 
-    def hider(self) -> HiddenControls | None:
-        return HiddenControls(self) if self.pattern is not None else None
+    def hider(self, kinds: tuple[type, ...]) -> HiddenControls | None:
+        """A filter of the events of these kinds (dataclasses with a `text`)."""
+        return HiddenControls(self, kinds) if self.pattern is not None else None
 
 
 _BY_VOCAB: weakref.WeakKeyDictionary[Vocab, ControlTexts] = weakref.WeakKeyDictionary()
@@ -74,25 +76,28 @@ class ControlTextFilter:
 
 
 class HiddenControls:
-    """One choice's reasoning and parsed events, control-token texts taken out."""
+    """One choice's text events with control-token texts taken out: each kind of text
+    (content, reasoning) a stream of its own; other events (calls) pass unchanged, after
+    what was held of the text before them."""
 
-    def __init__(self, table: ControlTexts) -> None:
-        self._reasoning = ControlTextFilter(table)
-        self._content = ControlTextFilter(table)
+    def __init__(self, table: ControlTexts, kinds: tuple[type, ...]) -> None:
+        self._filters = {kind: ControlTextFilter(table) for kind in kinds}
 
-    def shown(self, reasoning: str, events: list[Event], *, final: bool = False
-              ) -> tuple[str, list[Event]]:
-        """What of (reasoning, events) is shown now; `final`: the answer ended."""
-        reasoning = self._reasoning.push(reasoning) + (self._reasoning.flush() if final else "")
-        out: list[Event] = []
+    def shown(self, events: Sequence[Any], *, final: bool = False) -> list[Any]:
+        """What of `events` is shown now; `final`: the answer ended."""
+        out: list[Any] = []
         for event in events:
-            if isinstance(event, Content):
-                out.append(Content(self._content.push(event.text)))
-                continue
-            held = self._content.flush()  # was not a control token after all
-            if held:
-                out.append(Content(held))
-            out.append(event)
+            kind = type(event)
+            out += self._flushed(but=kind)  # keeps the order of what was held
+            text_filter = self._filters.get(kind)
+            if text_filter is None:
+                out.append(event)
+            else:
+                out.append(dataclasses.replace(event, text=text_filter.push(event.text)))
         if final:
-            out.append(Content(self._content.flush()))
-        return reasoning, out
+            out += self._flushed(but=None)
+        return out
+
+    def _flushed(self, but: type | None) -> list[Any]:
+        return [kind(held) for kind, text_filter in self._filters.items()
+                if kind is not but and (held := text_filter.flush())]

@@ -38,6 +38,7 @@ from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
 from .control_text import ControlTexts, control_texts
+from .family_grammar import family_call_grammar
 from .prompt import ChatPrompt, MakePrompt, chat_prompt, render_chat
 from .protocol import (
     ChatChoice,
@@ -46,9 +47,8 @@ from .protocol import (
     ChatMessage,
     NamedToolChoice,
 )
-from .reasoning import OPEN as THINK_OPEN
 from .streaming import stream_chat
-from .tool_parsers import FORCED, format_for_template
+from .tool_parsers import FORCED, format_for_template, think_markers
 from .tool_schema import call_grammar
 
 
@@ -59,6 +59,7 @@ class _Plan:
     tools: ToolMode | None  # how the answer is read for calls; None: it is all content
     split_reasoning: bool
     reasoning_opened: bool  # the prompt already opened a <think> block
+    think: tuple[str, str]  # the family's reasoning markers
     # The model's control-token texts, where the answer is parsed: the engine renders
     # them for the parsers, and they are taken out of what the caller is shown.
     controls: ControlTexts | None = None
@@ -69,6 +70,7 @@ class _Plan:
                 split_reasoning=self.split_reasoning,
                 reasoning_opened=self.reasoning_opened,
                 tools=self.tools,
+                think=self.think,
                 controls=self.controls,
             )
             for _ in range(n)
@@ -134,10 +136,15 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
     sampling = sampling_params(req, engine)
     tools = tooling.active_tools(req)
     forced = bool(tools) and req.tool_choice not in (None, "auto")
+    template = engine.chat_template
+    fmt = format_for_template(template.source, template.renders_tools)
     if forced:
         if sampling.grammar is not None:
             raise grammar_conflict("tool_choice")
-        sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
+        # The call is written the family's way where this server knows it, else bare.
+        grammar = family_call_grammar(tools, fmt, call_grammar(tools))
+        fmt = fmt if grammar is not None else FORCED
+        sampling = dataclasses.replace(sampling, grammar=grammar or call_grammar(tools))
 
     def render(messages: list[ChatMessage]) -> tuple[RenderedChat, dict[str, RgbImage]]:
         return render_chat(messages, engine, tools, enable_thinking=req.enable_thinking,
@@ -164,20 +171,21 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
                       engine.max_token_bytes, logprobs_param="top_logprobs")
     mode = None
     if tools:
-        template = engine.chat_template
         mode = ToolMode(
             names=tuple(t.function.name for t in tools),
-            fmt=FORCED if forced else format_for_template(template.source, template.renders_tools),
+            fmt=fmt,
             forced=forced,
             # A forced call's grammar allows one call; the legacy API had no parallel calls.
             max_calls=1 if forced or legacy or req.parallel_tool_calls is False else None,
             legacy=legacy,
+            schemas={t.function.name: t.function.parameters or {} for t in tools},
         )
+    think = think_markers(template.source)
     # A forced call's grammar starts the answer with the call, never inside reasoning.
-    opened = prompt.text.rstrip().endswith(THINK_OPEN) and not forced
-    plan = _Plan(mode, bool(req.separate_reasoning), opened)
+    opened = prompt.text.rstrip().endswith(think[0].rstrip()) and not forced
+    plan = _Plan(mode, bool(req.separate_reasoning), opened, think)
     if mode is not None or plan.split_reasoning:
-        # Call markers (and some models' reasoning tags) are control tokens.
+        # Call markers (and some families' reasoning markers) are control tokens.
         request.render_control = True
         plan.controls = control_texts(engine.vocab)
     return PreparedChat(request, plan)
