@@ -35,7 +35,10 @@ WEATHER = {
     },
 }
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
-LEAD = "Checking."  # content the grammar puts before the call
+# Content the grammar puts before a control token. It ends in a digit: tokenizers split
+# digits from everything else, so no token spans its end and the start of the marker's
+# text (a piece `.[` would write `[TOOL_CALLS]` as characters, the bias notwithstanding).
+LEAD = "Checking 1"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Family:
     output: tuple[str, ...]
     other: str  # a control token that is no marker
     add_control: tuple[str, ...] = ()  # markers the vocab file lacks (CONTROL, as real)
+    think: tuple[str, str] = ("<think>", "</think>")  # where reasoning opens and closes
 
 
 FAMILIES = {
@@ -59,13 +63,15 @@ FAMILIES = {
         "<|start_header_id|>", add_control=("<|python_tag|>", "<|eom_id|>")),
     # Mistral's SentencePiece vocabulary (v3) holds its instruction and tool tokens as
     # control tokens; llama-spm is that tokenizer without them. Devstral writes
-    # `[TOOL_CALLS]name[ARGS]{…}`, `[ARGS]` a control token too (Tekken, v11+).
+    # `[TOOL_CALLS]name[ARGS]{…}`, `[ARGS]` a control token too (Tekken, v11+), as are
+    # Magistral's `[THINK]` and `[/THINK]`.
     "mistral": Family(
         "llama-spm", "unsloth-mistral-Devstral-Small-2507.jinja", "[TOOL_CALLS]",
         (LEAD, "[TOOL_CALLS]", "get_weather", "[ARGS]", '{"city": "Paris"}'), "[INST]",
         add_control=("[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
                      "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[ARGS]",
-                     "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]")),
+                     "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[THINK]", "[/THINK]"),
+        think=("[THINK]", "[/THINK]")),
 }
 
 
@@ -114,10 +120,12 @@ def chat_body(family: FamilyServer, **extra: object) -> dict[str, object]:
 
 
 def test_marker_token_call_parses_and_content_hides_markers(family: FamilyServer) -> None:
-    r = family.http.post("/v1/chat/completions", json=chat_body(family))
+    r = family.http.post("/v1/chat/completions", json=chat_body(family, logprobs=True))
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     message = choice["message"]
+    # The marker was the control token (its logprob entry shows no text), not characters.
+    assert family.family.marker not in "".join(t["token"] for t in choice["logprobs"]["content"])
     assert choice["finish_reason"] == "tool_calls", message
     [call] = message["tool_calls"]
     assert call["function"]["name"] == "get_weather"
@@ -167,12 +175,12 @@ def test_the_marker_is_the_control_token_and_plain_routes_hide_it(
 def test_other_control_tokens_never_show(family: FamilyServer) -> None:
     """A control token that is no marker (an end of header, an instruction tag) written
     amid content is left out of it, with tools attached (text parsed) or not."""
-    forcing = family.forcing("Hi", family.family.other, " there")
+    forcing = family.forcing("Hi 1", family.family.other, " there")
     for extra in ({"tools": [WEATHER]}, {}):
         r = family.http.post("/v1/chat/completions", json={
             "messages": MESSAGES, "max_tokens": 20, "temperature": 0, **forcing, **extra})
         assert r.status_code == 200, r.text
-        assert r.json()["choices"][0]["message"]["content"] == "Hi there", extra
+        assert r.json()["choices"][0]["message"]["content"] == "Hi 1 there", extra
 
 
 def test_control_text_split_by_a_stop_string_never_shows(family: FamilyServer) -> None:
@@ -181,7 +189,7 @@ def test_control_text_split_by_a_stop_string_never_shows(family: FamilyServer) -
     other = family.family.other
     body = {"messages": MESSAGES, "tools": [WEATHER], "max_tokens": 20, "temperature": 0,
             "stop": [other[-4:] + "!"], "stream": True,
-            **family.forcing("Hi", other, " there")}
+            **family.forcing("Hi 1", other, " there")}
     content = []
     with family.http.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
@@ -189,13 +197,17 @@ def test_control_text_split_by_a_stop_string_never_shows(family: FamilyServer) -
             if line.startswith("data: {"):
                 [choice] = json.loads(line[6:])["choices"]
                 content.append(choice["delta"].get("content") or "")
-    assert "".join(content) == "Hi there"
+    assert "".join(content) == "Hi 1 there"
 
 
-def test_reasoning_hides_control_tokens(family: FamilyServer) -> None:
+def test_reasoning_is_split_at_its_markers_and_hides_control_tokens(
+        family: FamilyServer) -> None:
+    """The family's reasoning markers (control tokens in Mistral's vocabulary) split the
+    answer; a control token inside the reasoning does not show."""
+    opener, closer = family.family.think
     r = family.http.post("/v1/chat/completions", json={
         "messages": MESSAGES, "max_tokens": 30, "temperature": 0, "separate_reasoning": True,
-        **family.forcing("<think>Why", family.family.other, " not</think>Hi")})
+        **family.forcing(opener, "Why 1", family.family.other, " not 2", closer, "Hi")})
     assert r.status_code == 200, r.text
     message = r.json()["choices"][0]["message"]
-    assert (message["reasoning_content"], message["content"]) == ("Why not", "Hi")
+    assert (message["reasoning_content"], message["content"]) == ("Why 1 not 2", "Hi")
