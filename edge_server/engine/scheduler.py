@@ -322,7 +322,7 @@ class Scheduler:
             job.finish_choice(choice, "stop", [])
             return token
         choice.generated += 1
-        text = choice.text.push(self.vocab.pieces[token])
+        text = choice.text.push(choice.pieces[token])
         cut = choice.indent.cut_at(text) if choice.indent is not None else None
         if choice.text.stopped:
             job.finish_choice(choice, "stop", [token], text, scored)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine import FinishReason
+from .control_text import ControlTexts
 from .protocol import ChatFinishReason, ChatResponseMessage
 from .reasoning import CLOSE, OPEN, ReasoningSplitter
 from .tool_parsers import (
@@ -55,7 +56,10 @@ class ChoiceOutput:
         reasoning_opened: bool,
         tools: ToolMode | None,
         think: tuple[str, str] | None = None,
+        controls: ControlTexts | None = None,
     ):
+        """`controls`: the model's control-token texts, where the engine renders them in
+        this choice's text (GenerationRequest.render_control); they are never shown."""
         self._splitter = (
             ReasoningSplitter(starts_inside=reasoning_opened, markers=think or (OPEN, CLOSE))
             if split_reasoning
@@ -68,6 +72,7 @@ class ChoiceOutput:
             if tools
             else None
         )
+        self._hidden = controls.hider((Content, _Reasoning)) if controls is not None else None
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._calls: list[_Call] = []
@@ -136,7 +141,8 @@ class ChoiceOutput:
 
     def _deltas(self, events: list[Event], end: bool = False) -> list[dict[str, Any]]:
         deltas: list[dict[str, Any]] = []
-        for event in self._split(events, end):
+        split = self._split(events, end)
+        for event in self._hidden.shown(split, final=end) if self._hidden else split:
             if isinstance(event, _Reasoning):
                 self._reasoning.append(event.text)
                 deltas.append({"reasoning_content": event.text})

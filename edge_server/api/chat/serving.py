@@ -37,6 +37,7 @@ from ..http.dependencies import off_loop
 from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
+from .control_text import ControlTexts, control_texts
 from .family_grammar import family_call_grammar
 from .prompt import ChatPrompt, MakePrompt, chat_prompt, render_chat
 from .protocol import (
@@ -59,6 +60,9 @@ class _Plan:
     split_reasoning: bool
     reasoning_opened: bool  # the prompt already opened a <think> block
     think: tuple[str, str]  # the family's reasoning markers
+    # The model's control-token texts, where the answer is parsed: the engine renders
+    # them for the parsers, and they are taken out of what the caller is shown.
+    controls: ControlTexts | None = None
 
     def outputs(self, n: int) -> list[ChoiceOutput]:
         return [
@@ -67,6 +71,7 @@ class _Plan:
                 reasoning_opened=self.reasoning_opened,
                 tools=self.tools,
                 think=self.think,
+                controls=self.controls,
             )
             for _ in range(n)
         ]
@@ -177,7 +182,12 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
     think = think_markers(template.source)
     # A forced call's grammar starts the answer with the call, never inside reasoning.
     opened = prompt.text.rstrip().endswith(think[0].rstrip()) and not forced
-    return PreparedChat(request, _Plan(mode, bool(req.separate_reasoning), opened, think))
+    plan = _Plan(mode, bool(req.separate_reasoning), opened, think)
+    if mode is not None or plan.split_reasoning:
+        # Call markers (and some families' reasoning markers) are control tokens.
+        request.render_control = True
+        plan.controls = control_texts(engine.vocab)
+    return PreparedChat(request, plan)
 
 
 class ChatServing:
