@@ -45,6 +45,9 @@ class EngineSettings:
     embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     mmproj: Path | None = None  # multimodal projector: the model then reads images
     image_limits: ImageLimits = field(default_factory=ImageLimits)
+    # A prompt that outgrows the context: "disabled" (refused) or "auto" (cut to fit by
+    # the API layer, api/common/truncation.py); requests may choose otherwise.
+    truncation: str = "disabled"
 
 
 @dataclass

@@ -178,6 +178,7 @@ class Scheduler:
             "kv_capacity": self.model.n_ctx,
             "prompt_store_entries": len(self.kv.store),
             "prompt_store_bytes": self.kv.store.used_bytes,
+            "prompt_store_on_disk_only": self.kv.store.disk_only,
             "decode_threads": self.threads.best(1),
             "draft_tokens": self.drafts.drafted,
             "draft_tokens_accepted": self.drafts.accepted,

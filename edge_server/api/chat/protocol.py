@@ -210,6 +210,9 @@ class ChatCompletionRequest(SamplingRequest):
     web_search_options: dict[str, Any] | None = None
     # Its `enable_thinking`, where given, wins over the field above.
     chat_template_kwargs: TemplateKwargs | None = None
+    # A chat that outgrows the context: "auto" drops its oldest turns, "disabled" is a
+    # 400 (the Responses API's field and values); absent, the server's --truncation.
+    truncation: Literal["auto", "disabled"] | None = None
 
     @model_validator(mode="after")
     def _reasoning_effort(self) -> ChatCompletionRequest:

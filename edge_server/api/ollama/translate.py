@@ -154,6 +154,7 @@ def chat_request(req: ChatRequest, sampling: Sampling, names: Names) -> ChatComp
         "response_format": response_format(req.format),
         "logprobs": bool(req.logprobs),
         "top_logprobs": req.top_logprobs if req.logprobs else None,
+        "truncation": None if req.truncate is None else "auto" if req.truncate else "disabled",
         **_thinking(req.think),
         **sampling.chat_fields,
     })
@@ -168,7 +169,8 @@ def generate_chat_request(req: GenerateRequest, sampling: Sampling,
         messages.append(Message(role="system", content=req.system))
     messages.append(Message(role="user", content=req.prompt or "", images=req.images))
     as_chat = ChatRequest(model=req.model, messages=messages, format=req.format,
-                          think=req.think, logprobs=req.logprobs, top_logprobs=req.top_logprobs)
+                          think=req.think, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                          truncate=req.truncate)
     chat = chat_request(as_chat, sampling, names)
     # The chat names of the images are the request's `images[k]`.
     names.images = {k: v.replace(f"messages[{len(messages) - 1}].", "")
