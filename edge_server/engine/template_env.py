@@ -110,18 +110,14 @@ def _check_product(left: Any, right: Any, limit: int) -> None:
 
 class GenerationBlock(jinja2.ext.Extension):
     """`{% generation %}…{% endgeneration %}`: transformers marks the assistant's text
-    with it for training masks; a prompt needs only the body."""
+    with it for training masks; a prompt needs only the body, written in place (so it
+    streams, and stays within the output bound, as the rest of the template does)."""
 
     tags = {"generation"}
 
-    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body
-                                      ).set_lineno(lineno)
-
-    def _body(self, caller: Callable[[], str]) -> str:
-        return caller()
+    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
+        next(parser.stream)
+        return list(parser.parse_statements(("name:endgeneration",), drop_needle=True))
 
 
 def _raise_exception(message: Any) -> None:
@@ -130,8 +126,38 @@ def _raise_exception(message: Any) -> None:
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    limit = max_chars_var.get()
+    if limit is not None and (indent is not None or separators is not None):
+        _check_json_growth(value, ensure_ascii, indent, separators, limit)
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                       separators=separators, sort_keys=sort_keys)
+
+
+def _check_json_growth(value: Any, ensure_ascii: bool, indent: int | str | None,
+                       separators: tuple[str, str] | None, limit: int) -> None:
+    """Refuses an indent or separators that would make `value`'s JSON pass `limit`:
+    at most one separator and one indented line per comma or colon of the compact
+    form."""
+    compact = json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"))
+    joints = compact.count(",") + compact.count(":") + 1
+    width = len(indent) if isinstance(indent, str) else max(indent or 0, 0)
+    separator = max((len(str(s)) for s in separators or ()), default=2)
+    line = 1 + width * _depth(value) if indent is not None else 0
+    if len(compact) + joints * (separator + line) > limit:
+        raise TemplateTooLong(limit)
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and dicts nest in `value`, without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
 
 
 class _TemplateDict:
