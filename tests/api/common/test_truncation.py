@@ -159,3 +159,7 @@ def test_server_default_and_request_override(cutting: RunningServer) -> None:
         "max_tokens": 8})
     assert messages.status_code == 200, messages.text
     assert int(messages.headers["X-Truncated-Messages"]) > 0
+    # The Responses API's own default holds: a conversation is continued whole or refused.
+    responses = httpx.post(f"{cutting.v1}/responses", timeout=120, json={
+        "model": DEFAULT_MODEL, "input": LONG, "max_output_tokens": 8, "store": False})
+    assert_too_long(responses)
