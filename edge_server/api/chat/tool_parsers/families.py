@@ -231,7 +231,7 @@ APERTUS = ToolCallFormat(
         opens=(r'\{\s*"(?P<name>[^"]+)"\s*:',), closes=("}",),
     ),
     trigger=r"<\|tools_prefix\|>",
-    forced="<|tools_prefix|>[{calls}]<|tools_suffix|>", forced_call='{{"{name}": {args}}}',
+    forced="<|tools_prefix|>[{calls}]<|tools_suffix|>", forced_call='{"{name}": {args}}',
 )
 GEMMA4 = ToolCallFormat(
     "gemma4",

@@ -223,7 +223,10 @@ class XmlParameters(Layout):
                 return True  # cut off: as far as it got
             p = r.pattern(_compiled(self.parameter))
             if p is None:
-                return True  # not a parameter: the block ends before it
+                if not r.waiting:  # not a parameter: the call ends with what it had
+                    call.arguments += "}"
+                    call.done = True
+                return True
             key = p["key"].strip()
             value = r.until(self.parameter_end.replace("{key}", key))
             if value is None:
