@@ -92,8 +92,8 @@ class HiddenControls:
             text_filter = self._filters.get(kind)
             if text_filter is None:
                 out.append(event)
-            else:
-                out.append(dataclasses.replace(event, text=text_filter.push(event.text)))
+            elif shown := text_filter.push(event.text):
+                out.append(dataclasses.replace(event, text=shown))
         if final:
             out += self._flushed(but=None)
         return out
