@@ -58,6 +58,10 @@ def request(case: dict[str, Any], stream: bool) -> dict[str, Any]:
     }
     if "enable_thinking" in case:
         body["enable_thinking"] = case["enable_thinking"]
+    elif case["reasoning"]:
+        # Thinking is passed to templates only when asked; an example that reasons was
+        # written in thinking mode (DeepSeek V3.1's default is off).
+        body["enable_thinking"] = True
     return body
 
 
