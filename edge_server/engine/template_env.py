@@ -17,7 +17,7 @@ strings are refused beyond the running render's size limit before the product is
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -124,8 +124,22 @@ def _raise_exception(message: Any) -> None:
     raise TemplateError(str(message))
 
 
+def _materialized(value: Any) -> Any:
+    """`value` with every generator a filter chain leaves (`tools | map(...) | tojson`,
+    DeepSeek R1's template) made the list it yields, as llama.cpp's template engine
+    writes it (transformers fails there); read once, so every later pass sees it."""
+    if isinstance(value, Iterator):
+        value = list(value)
+    if isinstance(value, list):
+        return [_materialized(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _materialized(v) for k, v in value.items()}
+    return value
+
+
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    value = _materialized(value)
     limit = max_chars_var.get()
     if limit is not None and (indent is not None or separators is not None):
         _check_json_growth(value, ensure_ascii, indent, separators, limit)
