@@ -64,7 +64,11 @@ def _call_rule(prefix: str, name: str, parameters: Any, fmt: ToolCallFormat, str
     for j, (key, schema) in enumerate(properties.items()):
         value = f"{prefix}p{j}-value"
         if wants_string(schema):
-            rules.append(f"{value} ::= {_TEXT_VALUE}")
+            # Written as bare text: an enum's choices, else any text up to the next tag
+            # (other string constraints are not held here).
+            choices = schema.get("enum") if isinstance(schema, dict) else None
+            text = " | ".join(literal(c) for c in choices) if choices else _TEXT_VALUE
+            rules.append(f"{value} ::= {text}")
         else:
             grammar = schema_grammar(schema if isinstance(schema, dict) else {}, strict=strict,
                                      param="tools")

@@ -217,6 +217,13 @@ FUNCTIONARY_V3_1 = ToolCallFormat(
     trigger=r"<function=",
     forced="{calls}", forced_call="<function={name}>{args}</function>",
 )
+# `name\n{…}` after `>>>` (the prompt writes the first one); `all\n` opens plain text.
+FUNCTIONARY_V3_2 = ToolCallFormat(
+    "functionary_v3.2",
+    layout=NamedJson(opens=(r"(?:>>>)?(?!all\n)(?P<name>[\w.\-]+)\n",)),
+    trigger=r">>>(?!all\n)", drops=(">>>all\n",), opening=r"all\n|(?=[\w.\-]+\n)",
+    forced="{calls}", forced_call="{name}\n{args}",
+)
 APERTUS = ToolCallFormat(
     "apertus",
     layout=NamedJson(
@@ -224,7 +231,7 @@ APERTUS = ToolCallFormat(
         opens=(r'\{\s*"(?P<name>[^"]+)"\s*:',), closes=("}",),
     ),
     trigger=r"<\|tools_prefix\|>",
-    forced="<|tools_prefix|>[{calls}]<|tools_suffix|>", forced_call='{{"{name}": {args}}}',
+    forced="<|tools_prefix|>[{calls}]<|tools_suffix|>", forced_call='{"{name}": {args}}',
 )
 GEMMA4 = ToolCallFormat(
     "gemma4",
@@ -261,6 +268,7 @@ _BY_MARKER: tuple[tuple[tuple[str, ...], ToolCallFormat], ...] = (
     (("<|tool_call_start|>",), LFM2),
     (("<|tool_list_start|>",), LFM2),
     (("tools_prefix",), APERTUS),
+    ((">>>",), FUNCTIONARY_V3_2),
     (("<|START_ACTION|>",), COMMAND_R7B),
     (("Action:",), COMMAND_R_PLUS),
     (("TOOLCALL",), NEMOTRON_V2),
@@ -278,12 +286,13 @@ _BY_MARKER: tuple[tuple[tuple[str, ...], ToolCallFormat], ...] = (
 
 
 def format_for_template(source: str, renders_tools: bool = True) -> ToolCallFormat:
-    """The convention the template's own tool instructions use; Hermes for templates
-    that know no tools (the generic tool prompt asks for it) or name no marker."""
-    if renders_tools:
-        for markers, fmt in _BY_MARKER:
-            if all(m in source for m in markers):
-                return fmt
+    """The convention the template's markers name, also where the template only writes
+    past calls and not the tools (DeepSeek R1 and V3.1: the model was trained on its
+    own convention); Hermes for templates that name no marker (the generic tool prompt
+    asks for it)."""
+    for markers, fmt in _BY_MARKER:
+        if all(m in source for m in markers):
+            return fmt
     return HERMES
 
 

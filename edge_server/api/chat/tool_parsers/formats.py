@@ -42,6 +42,9 @@ class ToolCallFormat:
     layout: Layout | None = None
     trigger: str = ""
     drops: tuple[str, ...] = ()  # markers around plain content, left out of it
+    # A pattern tried at the answer's very start (whose marker the prompt wrote): an
+    # empty match opens a block of calls there, a non-empty one is left out.
+    opening: str = ""
     think: tuple[str, str] = ("<think>", "</think>")  # where reasoning opens and closes
     # A forced call written the family's way (tool_schema.py): `{call}` is one call
     # object; with a layout, `{calls}` is the call, written by `forced_call` ({name},

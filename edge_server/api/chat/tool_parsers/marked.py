@@ -42,6 +42,7 @@ class LayoutParser:
         self._block: str | None = None  # the block of calls being read
         self._told: list[tuple[int, int]] = []  # per call of the block: index, arguments told
         self._started = 0
+        self._opening = regex.compile(fmt.opening) if fmt.opening else None
         self._out: list[Event] = []
 
     def feed(self, text: str) -> list[Event]:
@@ -74,6 +75,16 @@ class LayoutParser:
 
     def _find_block(self, final: bool) -> bool:
         """Tells the content before the next trigger; True when a block starts."""
+        if self._opening is not None:
+            m = self._opening.match(self._buf, partial=not final)
+            if m is not None and m.partial:
+                return False
+            self._opening = None  # only ever at the start
+            if m is not None and m.end() == 0:
+                self._block, self._buf, self._told = self._buf, "", []
+                return True
+            if m is not None:
+                self._buf = self._buf[m.end() :]
         while True:
             m = self._trigger.search(self._buf, partial=not final)
             if m is None:
