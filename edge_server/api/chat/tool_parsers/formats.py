@@ -2,10 +2,10 @@
 and the shape every family's convention shares (ToolCallFormat). The families whose
 calls have another layout, and the choice by template, are in families.py.
 
-Control tokens are not part of the generated text (the engine renders pieces without
-them), so a marker that is a control token in its model (`[TOOL_CALLS]`,
-`<|python_tag|>`) may never be seen: formats whose markers can vanish also accept a call
-written at the very start of the answer without one ("bare").
+A parsed answer is generated with control tokens rendered as their text, so a marker
+that is a control token in its model (`[TOOL_CALLS]`, `<|python_tag|>`) reaches the
+parser; a model may still leave a marker out, so formats whose markers are often skipped
+also accept a call written at the very start of the answer without one ("bare").
 """
 
 from __future__ import annotations
