@@ -24,12 +24,16 @@ rebuild it into a cache instead of shipping a binary file.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_test_weights import add_llama_weights, write_out
 
 # Token types of llama.cpp's vocabulary (llama_token_type).
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
@@ -107,29 +111,9 @@ def write_model(vocab: Path, out: Path, *, add_control: Sequence[str] = (),
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 
-    def matrix(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
-
-    def norm() -> np.ndarray:
-        return np.ones(width, dtype=np.float32)
-
-    # No output.weight: llama.cpp ties the output layer to the embeddings, halving the file.
-    writer.add_tensor("token_embd.weight", matrix(n_vocab, width))
-    writer.add_tensor("output_norm.weight", norm())
-    for i in range(layers):
-        block = f"blk.{i}"
-        writer.add_tensor(f"{block}.attn_norm.weight", norm())
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(f"{block}.{name}.weight", matrix(width, width))
-        writer.add_tensor(f"{block}.ffn_norm.weight", norm())
-        writer.add_tensor(f"{block}.ffn_gate.weight", matrix(n_ff, width))
-        writer.add_tensor(f"{block}.ffn_up.weight", matrix(n_ff, width))
-        writer.add_tensor(f"{block}.ffn_down.weight", matrix(width, n_ff))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    add_llama_weights(writer, rng, n_vocab=n_vocab, width=width, layers=layers, n_ff=n_ff,
+                      tied=True)
+    return write_out(writer, out)
 
 
 def main() -> None:
