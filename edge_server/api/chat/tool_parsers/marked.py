@@ -15,7 +15,7 @@ from typing import Any
 
 import regex
 
-from .events import CallArguments, CallStart, Content, Event
+from .events import CallArguments, CallStart, Event, add_content
 from .formats import ToolCallFormat
 from .layouts import Found, Layout, Scan
 
@@ -126,9 +126,4 @@ class LayoutParser:
         return index
 
     def _content(self, text: str) -> None:
-        if not text:
-            return
-        if self._out and isinstance(self._out[-1], Content):
-            self._out[-1].text += text
-        else:
-            self._out.append(Content(text))
+        add_content(self._out, text)
