@@ -9,6 +9,23 @@ import numpy as np
 from gguf import GGUFWriter
 
 
+def llama_writer(out: Path, name: str, *, context: int, width: int, layers: int, n_ff: int,
+                 heads: int) -> GGUFWriter:
+    """A writer for a llama model of these sizes, its hyperparameters written (F16)."""
+    writer = GGUFWriter(str(out), "llama")
+    writer.add_name(name)
+    writer.add_context_length(context)
+    writer.add_embedding_length(width)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(heads)
+    writer.add_rope_dimension_count(width // heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(1)  # mostly F16
+    return writer
+
+
 def add_llama_weights(writer: GGUFWriter, rng: np.random.Generator, *, n_vocab: int,
                       width: int, layers: int, n_ff: int, tied: bool) -> None:
     """A llama model's tensors, F16 matrices scaled as trained weights are; `tied`: no

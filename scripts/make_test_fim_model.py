@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter, PoolingType
+from gguf import PoolingType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_test_weights import add_llama_weights, write_out
+from gguf_test_weights import add_llama_weights, llama_writer, write_out
 
 # Token types of llama.cpp's vocabulary (llama_token_type).
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
@@ -56,17 +56,8 @@ def write_model(out: Path, *, layers: int = 2, width: int = 128, seed: int = 0,
     rng = np.random.default_rng(seed)
     tokens, types = vocabulary()
     n_vocab, n_ff = len(tokens), 2 * width
-    writer = GGUFWriter(str(out), "llama")
-    writer.add_name("edge-server-test-fim")
-    writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(width)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS)
-    writer.add_rope_dimension_count(width // HEADS)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(1)  # mostly F16
+    writer = llama_writer(out, "edge-server-test-fim", context=CONTEXT, width=width,
+                          layers=layers, n_ff=n_ff, heads=HEADS)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores([0.0] * n_vocab)

@@ -33,7 +33,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_test_weights import add_llama_weights, write_out
+from gguf_test_weights import add_llama_weights, llama_writer, write_out
 
 # Token types of llama.cpp's vocabulary (llama_token_type).
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
@@ -86,17 +86,9 @@ def write_model(vocab: Path, out: Path, *, add_control: Sequence[str] = (),
 
     rng = np.random.default_rng(seed)
     n_vocab, n_ff = len(tokens), 2 * width
-    writer = GGUFWriter(str(out), "llama")
-    writer.add_name(f"edge-server-test-vocab-{vocab.stem.removeprefix('ggml-vocab-')}")
-    writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(width)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS)
-    writer.add_rope_dimension_count(width // HEADS)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(1)  # mostly F16
+    name = f"edge-server-test-vocab-{vocab.stem.removeprefix('ggml-vocab-')}"
+    writer = llama_writer(out, name, context=CONTEXT, width=width, layers=layers, n_ff=n_ff,
+                          heads=HEADS)
     writer.add_vocab_size(n_vocab)
     for key, field in fields.items():
         if not key.startswith("tokenizer.") or key in _SKIPPED:
