@@ -21,6 +21,7 @@ FAMILIES = {
     "lfm25": "LFM2.5-8B-A1B",
     "apertus": "Apertus-8B-Instruct",
     "qwen3": "Qwen-Qwen3-0.6B",  # keeps the reasoning of turns after the last user query
+    "gpt-oss": "openai-gpt-oss-120b",  # reasons in harmony's analysis channel, no <think>
 }
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
@@ -158,3 +159,12 @@ def test_earlier_reasoning_reaches_the_template(families: RunningServer, door: s
     without = _prompt_tokens(families, door, None)
     with_thought = _prompt_tokens(families, door, THOUGHT)
     assert with_thought > without + 5  # the thought's words, inside <think> … </think>
+
+
+@pytest.mark.parametrize(("model", "thinks"), [("gpt-oss", True), ("qwen3", True),
+                                                ("gemma2", False)])
+def test_ollama_show_names_thinking_by_the_familys_markers(
+        families: RunningServer, model: str, thinks: bool) -> None:
+    r = httpx.post(f"{families.base_url}/api/show", json={"model": model}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert ("thinking" in r.json()["capabilities"]) is thinks
