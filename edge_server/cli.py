@@ -84,6 +84,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
             prompt_cache_mb=opts.prompt_cache_mb,
             mmproj=mmproj,
             image_limits=limits,
+            truncation=opts.truncation,
         )
 
     def spec(entry: RegistryEntry, template: Path | None = None,

@@ -114,6 +114,11 @@ class ServeOptions:
     rpc: list[str] = _opt([], "llama.cpp rpc-server HOST:PORT that holds model layers too "
                           "(repeatable or comma-separated, at most 16; needs llama.cpp built "
                           "with RPC, see the README)", action="append")
+    truncation: str = _opt("disabled", "a prompt that outgrows the context: disabled (a 400, "
+                           "context_length_exceeded), auto (a chat's oldest whole turns are "
+                           "dropped, system messages and the latest turn kept; a raw prompt "
+                           "keeps its head and tail); requests may choose for themselves "
+                           "(`truncation`, Ollama's `truncate`)", choices=["disabled", "auto"])
     prompt_cache_mb: int = _opt(256, "host RAM for prompt prefixes evicted from the KV cache, "
                                 "also saved to the models directory at unload and shutdown "
                                 "(0: off)")

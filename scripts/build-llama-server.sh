@@ -16,5 +16,5 @@ fi
 # shellcheck disable=SC2086
 cmake -S .bench/llama.cpp -B .bench/llama.cpp/build -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF ${CMAKE_ARGS:-} >/dev/null
-cmake --build .bench/llama.cpp/build -j"$(nproc)" --target llama-server llama-batched-bench
+cmake --build .bench/llama.cpp/build -j"$(nproc)" --target llama-server llama-batched-bench llama-perplexity
 echo ".bench/llama.cpp/build/bin/llama-server"

@@ -13,10 +13,14 @@ for the rest), reports its FIM tokens, and generates from it. The output is dete
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter, PoolingType
+from gguf import PoolingType
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_test_weights import add_llama_weights, llama_writer, write_out
 
 # Token types of llama.cpp's vocabulary (llama_token_type).
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
@@ -52,17 +56,8 @@ def write_model(out: Path, *, layers: int = 2, width: int = 128, seed: int = 0,
     rng = np.random.default_rng(seed)
     tokens, types = vocabulary()
     n_vocab, n_ff = len(tokens), 2 * width
-    writer = GGUFWriter(str(out), "llama")
-    writer.add_name("edge-server-test-fim")
-    writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(width)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS)
-    writer.add_rope_dimension_count(width // HEADS)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(1)  # mostly F16
+    writer = llama_writer(out, "edge-server-test-fim", context=CONTEXT, width=width,
+                          layers=layers, n_ff=n_ff, heads=HEADS)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores([0.0] * n_vocab)
@@ -80,29 +75,9 @@ def write_model(out: Path, *, layers: int = 2, width: int = 128, seed: int = 0,
     for name, text in FIM_TOKENS.items():
         writer.add_uint32(f"tokenizer.ggml.{name}_token_id", tokens.index(text))
 
-    def matrix(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
-
-    def norm() -> np.ndarray:
-        return np.ones(width, dtype=np.float32)
-
-    writer.add_tensor("token_embd.weight", matrix(n_vocab, width))
-    writer.add_tensor("output_norm.weight", norm())
-    writer.add_tensor("output.weight", matrix(n_vocab, width))
-    for i in range(layers):
-        block = f"blk.{i}"
-        writer.add_tensor(f"{block}.attn_norm.weight", norm())
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(f"{block}.{name}.weight", matrix(width, width))
-        writer.add_tensor(f"{block}.ffn_norm.weight", norm())
-        writer.add_tensor(f"{block}.ffn_gate.weight", matrix(n_ff, width))
-        writer.add_tensor(f"{block}.ffn_up.weight", matrix(n_ff, width))
-        writer.add_tensor(f"{block}.ffn_down.weight", matrix(width, n_ff))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    add_llama_weights(writer, rng, n_vocab=n_vocab, width=width, layers=layers, n_ff=n_ff,
+                      tied=False)
+    return write_out(writer, out)
 
 
 def main() -> None:

@@ -13,10 +13,14 @@ different images change the text model's next-token logits. The output is determ
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 from gguf import GGUFWriter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_test_weights import write_out
 
 IMAGE_SIZE = 32
 PATCH_SIZE = 8
@@ -101,11 +105,7 @@ def write_projector(out: Path, *, width: int = 576, seed: int = 0, tiles: int = 
     for name, data in tensors.items():
         if name not in skip_tensors:
             writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    return write_out(writer, out)
 
 
 def main() -> None:

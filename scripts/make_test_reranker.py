@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import argparse
 import string
+import sys
 from pathlib import Path
 
 import numpy as np
 from gguf import GGUFWriter, PoolingType
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_test_weights import write_out
 
 # Token types of llama.cpp's vocabulary (llama_token_type).
 _NORMAL, _CONTROL = 1, 3
@@ -101,11 +105,7 @@ def write_reranker(out: Path, *, layers: int = 2, width: int = 32, seed: int = 0
     writer.add_tensor("cls.bias", vector(width))
     writer.add_tensor("cls.output.weight", matrix(1, width) * 4)
     writer.add_tensor("cls.output.bias", vector(1))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    return write_out(writer, out)
 
 
 def main() -> None:

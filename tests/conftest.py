@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import resource
@@ -203,6 +205,36 @@ def llama_sources() -> Path:
     test-chat.cpp, real tokenizers), downloaded once into a cache by
     scripts/llama_sources.py."""
     return load_script("llama_sources").vendor_dir()  # type: ignore[no-any-return]
+
+
+def vocab_model(vocab: str, *, add_control: tuple[str, ...] = (),
+                add_user: tuple[str, ...] = (), template: str | None = None,
+                template_fix: tuple[str, str] | None = None) -> Path:
+    """A tiny random model with the real tokenizer `models/ggml-vocab-<vocab>.gguf` of
+    llama.cpp's sources (scripts/make_test_vocab_model.py), its markers added as control
+    (or user-defined) tokens and `template` (a name under models/templates) as its chat
+    template, with `template_fix` (old, new) replaced in it. Built once into a cache
+    outside the checkout, keyed by everything that goes into it (the script's code
+    included)."""
+    sources = llama_sources()
+    script = ROOT / "scripts" / "make_test_vocab_model.py"
+    template_text = (sources / "models" / "templates" / template).read_text() \
+        if template is not None else None
+    if template_text is not None and template_fix is not None:
+        assert template_fix[0] in template_text, template_fix
+        template_text = template_text.replace(*template_fix)
+    key = hashlib.sha256(json.dumps(
+        [vocab, add_control, add_user, template_text, script.read_text()]).encode()
+    ).hexdigest()[:16]
+    out = sources.parent / "test-models" / f"{vocab}-{key}.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(f".{os.getpid()}.part")  # test processes may race
+        load_script("make_test_vocab_model").write_model(
+            sources / "models" / f"ggml-vocab-{vocab}.gguf", partial,
+            add_control=add_control, add_user=add_user, chat_template=template_text)
+        partial.replace(out)
+    return out
 
 
 def write_test_projector(path: Path, **kwargs: object) -> Path:

@@ -9,6 +9,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import httpx
@@ -146,6 +147,9 @@ def test_a_storm_of_refusals_is_held_for_retry_after(one_slot: RunningServer) ->
 
         first = [refuse() for _ in range(10)]
         assert max(first) < 0.5  # a few refusals: answered at once
-        waits = [refuse() for _ in range(20)]  # past 20 in a second: a storm
+        # A storm: 30 clients retrying together, so well over 20 refusals fall within
+        # one second however slow this machine is at making one connection.
+        with ThreadPoolExecutor(max_workers=30) as pool:
+            waits = list(pool.map(lambda _: refuse(), range(30)))
         assert max(waits) >= 0.9
-        assert metric(one_slot, "edge_server_requests_refused_unread_total") >= 30
+        assert metric(one_slot, "edge_server_requests_refused_unread_total") >= 40

@@ -174,15 +174,20 @@ def test_health_and_metrics_account_for_memory(server: RunningServer) -> None:
                    json={"model": DEFAULT_MODEL, "input": "a text to embed"})
     assert r.status_code == 200
     memory = httpx.get(f"{server.base_url}/health", timeout=30).json()["memory"]
-    assert set(memory) == {"rss", "weights", "kv_cache", "compute_buffers", "prompt_store",
+    assert set(memory) == {"rss", "weights", "weights_mapped", "weights_resident",
+                           "weights_copied", "kv_cache", "compute_buffers", "prompt_store",
                            "embedding_context", "projector", "image_cache", "grammar_cache",
-                           "other"}
+                           "libraries", "other"}
     assert memory["rss"] == pytest.approx(rss_mb(server.process.pid) * 2**20, rel=0.2)
     assert memory["weights"] > 50 * 2**20  # SmolLM2's 98 MB, as llama.cpp allocated them
     # 16,384 cells of 30 layers x 3 KV heads x 64 x 2 (K and V) in f16: 360 MiB.
     assert memory["kv_cache"] == 16384 * 30 * 3 * 64 * 2 * 2
     assert memory["compute_buffers"] > 0 and memory["embedding_context"] > 0
-    parts = sum(v for k, v in memory.items() if k not in ("rss", "other"))
+    # The file is memory-mapped: what of it is resident is counted, never more than mapped.
+    assert 0 < memory["weights_resident"] <= memory["weights_mapped"]
+    assert memory["libraries"] > 0
+    summed = ("weights", "weights_mapped", "rss", "other")
+    parts = sum(v for k, v in memory.items() if k not in summed)
     assert memory["other"] == memory["rss"] - parts
     metrics = httpx.get(f"{server.base_url}/metrics", timeout=30).text
     gauges = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()

@@ -55,15 +55,16 @@ def post(server: RunningServer, forced: tuple[dict[str, int], str], **body) -> d
 
 
 def test_reasoning_goes_to_reasoning_content(thinking_server, forced) -> None:
-    plain = post(thinking_server, forced)["choices"][0]["message"]["content"]
+    plain = post(thinking_server, forced, enable_thinking=True)["choices"][0]["message"]["content"]
     assert plain == forced[1] * 12
-    split = post(thinking_server, forced, separate_reasoning=True)["choices"][0]["message"]
+    split = post(thinking_server, forced, separate_reasoning=True,
+                 enable_thinking=True)["choices"][0]["message"]
     assert split["reasoning_content"] in (plain, plain.strip())
     assert split["content"] in (None, "")
 
 
 def test_enable_thinking_reaches_the_template(thinking_server, forced) -> None:
-    on = post(thinking_server, forced, separate_reasoning=True)
+    on = post(thinking_server, forced, separate_reasoning=True, enable_thinking=True)
     off = post(thinking_server, forced, separate_reasoning=True, enable_thinking=False)
     assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
     message = off["choices"][0]["message"]
@@ -99,7 +100,7 @@ def test_chat_template_kwargs_reach_the_template(thinking_server, forced) -> Non
 def test_reasoning_streams_as_reasoning_deltas(thinking_server, forced) -> None:
     with httpx.stream("POST", f"{thinking_server.v1}/chat/completions", json={
         "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
-        "stream": True, "separate_reasoning": True, "ignore_eos": True,
+        "stream": True, "separate_reasoning": True, "enable_thinking": True, "ignore_eos": True,
         "temperature": 0, "logit_bias": forced[0]}, timeout=60) as r:
         deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in r.iter_lines()
                   if line.startswith("data: {")]
@@ -124,3 +125,15 @@ def test_splitter_handles_tags_split_across_deltas() -> None:
 def test_splitter_starting_inside() -> None:
     splitter = ReasoningSplitter(starts_inside=True)
     assert splitter.push("step one</think>done") == ("step one", "done")
+
+
+def test_enable_thinking_is_passed_only_when_asked(thinking_server, forced) -> None:
+    # Nothing asked: the template's own default (here: enable_thinking undefined, off).
+    default = post(thinking_server, forced, separate_reasoning=True)
+    off = post(thinking_server, forced, separate_reasoning=True, enable_thinking=False)
+    assert default["usage"]["prompt_tokens"] == off["usage"]["prompt_tokens"]
+    on = post(thinking_server, forced, separate_reasoning=True, reasoning_effort="low")
+    assert on["usage"]["prompt_tokens"] < default["usage"]["prompt_tokens"]
+    prompt = httpx.post(f"{thinking_server.base_url}/apply-template", json={
+        "messages": [{"role": "user", "content": "Hi"}]}).json()["prompt"]
+    assert prompt.endswith("<think>\n\n</think>\n\n")

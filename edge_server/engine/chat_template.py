@@ -1,7 +1,9 @@
 """Renders chat messages with the model's own Jinja chat template (GGUF metadata).
 
 Templates come from model files, so they run in Jinja's immutable sandbox: a template
-can format messages but cannot touch Python objects or the file system.
+can format messages but cannot touch Python objects or the file system. The environment
+is transformers' own (template_env), and so are the variables: a template renders here
+as it renders in `apply_chat_template`.
 
 Caller text never becomes control tokens. The rendered prompt is tokenized with special
 tokens parsed, since that is how the template's markup (`<|im_start|>`, …) becomes
@@ -21,16 +23,18 @@ that size before the product is made.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Collection, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .template_env import TemplateError, TemplateTooLong, chat_environment, max_chars_var
+
+__all__ = ["CHATML_TEMPLATE", "ChatTemplate", "RenderedChat", "TemplateError",
+           "TemplateTooLong", "joined_within", "literal_pattern"]
 
 # Used when a GGUF file carries no template: ChatML, the most common convention.
 CHATML_TEMPLATE = (
@@ -44,98 +48,10 @@ CHATML_TEMPLATE = (
 _SENTINEL_FIRST, _SENTINEL_LAST = 0x100000, 0x10FFFD
 
 
-class TemplateError(ValueError):
-    """The template could not render these messages (it said why, or it is broken)."""
-
-
-class TemplateTooLong(TemplateError):
-    """The render passed `max_chars`: it could not fit the context, whatever it says."""
-
-    def __init__(self, max_chars: int) -> None:
-        super().__init__(f"the chat template's output passed {max_chars} characters, more "
-                         "than any prompt that fits the context")
-        self.max_chars = max_chars
-
-
-# The running render's size limit, for the operators the sandbox intercepts (renders run
-# in worker threads; each has its own context).
-_max_chars: ContextVar[int | None] = ContextVar("chat_template_max_chars", default=None)
-
-
-class _BoundedSandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox, refusing what would make one piece too big to be a prompt
-    before it is made: `*` products, `**` powers, and padding or replacing strings."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        limit = _max_chars.get()
-        owner = getattr(obj, "__self__", None)
-        if (limit is not None and isinstance(owner, str)
-                and _grown_size(owner, getattr(obj, "__name__", ""), args) > limit):
-            raise TemplateTooLong(limit)
-        return super().call(context, obj, *args, **kwargs)
-
-    def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
-        limit = _max_chars.get()
-        if limit is not None:
-            if operator_name == "*":
-                _check_product(left, right, limit)
-            elif (operator_name == "**" and isinstance(left, int) and isinstance(right, int)
-                  and abs(left) > 1 and right * abs(left).bit_length() > 4 * limit):
-                raise TemplateTooLong(limit)
-        return super().call_binop(context, operator_name, left, right)
-
-
-def _grown_size(text: str, name: str, args: tuple[Any, ...]) -> int:
-    """The length a string method (or filter) whose result can outgrow its inputs would
-    give; 0 for the others."""
-    first = args[0] if args else None
-    if name in ("center", "ljust", "rjust", "zfill") and isinstance(first, int):
-        return first
-    if name == "indent":  # the filter: every line gets the indent
-        width = len(first) if isinstance(first, str) else first if isinstance(first, int) else 4
-        return len(text) + (text.count("\n") + 1) * width
-    if name == "replace" and len(args) >= 2 and isinstance(first, str):
-        matches = text.count(first) if first else len(text) + 1
-        return len(text) + matches * len(str(args[1]))
-    if name == "expandtabs":
-        return len(text) + text.count("\t") * (first if isinstance(first, int) else 8)
-    return 0
-
-
-def _bounded_filter(name: str, original: Any) -> Any:
-    """A string filter refusing results past the running render's limit."""
-
-    def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
-        limit = _max_chars.get()
-        if (limit is not None and isinstance(value, str)
-                and _grown_size(value, name, (*args, *kwargs.values())) > limit):
-            raise TemplateTooLong(limit)
-        return original(value, *args, **kwargs)
-
-    return bounded
-
-
-def _check_product(left: Any, right: Any, limit: int) -> None:
-    for sized, count in ((left, right), (right, left)):
-        if (isinstance(sized, str | list | tuple) and isinstance(count, int)
-                and len(sized) * count > limit):
-            raise TemplateTooLong(limit)
-
-
 @dataclass(frozen=True)
 class RenderedChat:
     text: str  # the prompt; control texts from caller strings stand as sentinels
     literals: dict[str, str] = field(default_factory=dict)  # sentinel -> its control text
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
-
-
-def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
 def literal_pattern(texts: Collection[str]) -> re.Pattern[str] | None:
@@ -218,6 +134,14 @@ def _strings(value: Any) -> list[str]:
     return found
 
 
+# Where a message's reasoning may be given; templates read `reasoning_content`, and
+# gpt-oss's read `thinking` (transformers fills both, so do we).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+# A system turn and a user turn: a template refusing it refuses system messages (Gemma 2).
+_SYSTEM_PROBE = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+
+
 class ChatTemplate:
     def __init__(
         self,
@@ -226,30 +150,29 @@ class ChatTemplate:
         bos_token: str = "",
         eos_token: str = "",
         control_texts: Collection[str] = (),
+        now: Callable[[], datetime] = datetime.now,
     ) -> None:
-        env = _BoundedSandbox(
-            trim_blocks=True,
-            lstrip_blocks=True,
-            undefined=jinja2.ChainableUndefined,
-            # {% break %} / {% continue %}, as Hugging Face's template renderer allows.
-            extensions=["jinja2.ext.loopcontrols"],
-        )
-        env.filters["tojson"] = _tojson
-        for name in ("center", "indent"):
-            env.filters[name] = _bounded_filter(name, env.filters[name])
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:
-            self._template = env.from_string(source)
+            self._template = chat_environment(now).from_string(source)
         except jinja2.TemplateError as exc:
             raise TemplateError(f"the chat template does not parse: {exc}") from exc
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._control = literal_pattern(control_texts)
+        # A template that mentions tools in any form (`tools`, `xml_tools`, …) lays them
+        # out itself; the others get a generic tool prompt (api/chat/tools.py).
+        self.renders_tools = re.search(r"tools\b", source) is not None
         # Templates that never mention a message's name drop it; we then prefix it.
-        self.renders_tools = re.search(r"\btools\b", source) is not None
         self.renders_names = re.search(r"""\.name\b|\[\s*['"]name['"]\s*\]""", source) is not None
+        self.accepts_system = self._renders(_SYSTEM_PROBE)
+
+    def _renders(self, messages: list[dict[str, Any]]) -> bool:
+        try:
+            self.render(messages, max_chars=len(self.source) + 4096)
+        except TemplateError:
+            return False
+        return True
 
     def render(
         self,
@@ -257,20 +180,25 @@ class ChatTemplate:
         *,
         add_generation_prompt: bool = True,
         max_chars: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
         **extra: Any,
     ) -> RenderedChat:
-        """`messages` and `extra` are caller data; the template's own text is markup.
-        `max_chars`: stop with TemplateTooLong once the output passes this many."""
+        """`messages`, `tools` and `extra` are caller data; the template's own text is
+        markup. As transformers renders: `tools` and `documents` are None when not
+        given, and a message's reasoning is under both `reasoning_content` and
+        `thinking`. `max_chars`: stop with TemplateTooLong once the output passes this."""
         shield = _Shield(self._control, self.source)
-        messages, extra = shield.apply((messages, extra))
-        token = _max_chars.set(max_chars)
+        messages, tools, extra = shield.apply((_with_reasoning(messages), tools, extra))
+        variables = {"documents": None, **extra}
+        token = max_chars_var.set(max_chars)
         try:
             pieces = self._template.generate(
                 messages=messages,
+                tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
-                **extra,
+                **variables,
             )
             text = joined_within(pieces, max_chars)
         except TemplateError:
@@ -278,9 +206,22 @@ class ChatTemplate:
         except Exception as exc:  # a template bug is the request's problem, not a crash
             raise TemplateError(f"the chat template failed on these messages: {exc}") from exc
         finally:
-            _max_chars.reset(token)
+            max_chars_var.reset(token)
         literals = {sentinel: control for control, sentinel in shield.sentinels.items()}
         return RenderedChat(text, literals)
+
+
+def _with_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each message's reasoning under the names templates read it by (`thinking` first,
+    `reasoning_content` last, in the order transformers gives them)."""
+    out = []
+    for message in messages:
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None),
+                         None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        out.append(message)
+    return out
 
 
 def joined_within(pieces: Iterator[str], max_chars: int | None) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from .backend import rpc_guard
-from .backend.llama_model import ContextSettings, LlamaModel, ModelLoadError, Vocab
+from .backend.llama_model import ContextSettings, LlamaModel, ModelLoadError
 from .backend.step_cost import cost_file
 from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
 from .embeddings.embedder import (
@@ -45,6 +45,9 @@ class EngineSettings:
     embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     mmproj: Path | None = None  # multimodal projector: the model then reads images
     image_limits: ImageLimits = field(default_factory=ImageLimits)
+    # A prompt that outgrows the context: "disabled" (refused) or "auto" (cut to fit by
+    # the API layer, api/common/truncation.py); requests may choose otherwise.
+    truncation: str = "disabled"
 
 
 @dataclass
@@ -63,19 +66,6 @@ class PromptTokens:
                 self.tokens += piece.placeholders
             else:
                 self.tokens += piece
-
-
-def control_token_texts(vocab: Vocab) -> list[str]:
-    """Texts that tokenizing with special-token parsing turns into control tokens (the
-    token kinds llama.cpp's parse_special gates)."""
-    gated = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
-    texts = []
-    for token in range(vocab.n_tokens):
-        if lc.llama_vocab_get_attr(vocab.ptr, token) & gated:
-            text = vocab.token_text(token)
-            if text:
-                texts.append(text)
-    return texts
 
 
 def _rpc_error(reason: str) -> EngineError:
@@ -109,7 +99,7 @@ class Engine:
         if template is None:
             log.warning("%s has no chat template; using ChatML", self.path.name)
             template = CHATML_TEMPLATE
-        controls = control_token_texts(self.vocab)
+        controls = self.vocab.control_texts
         self.chat_template = ChatTemplate(
             template,
             bos_token=self.vocab.token_text(self.vocab.bos) if self.vocab.bos >= 0 else "",

@@ -41,6 +41,8 @@ class Choice:
     index: int
     sampler: Sampler
     text: TextStream
+    # The vocabulary's pieces, with control tokens rendered where the request asks.
+    pieces: list[bytes] = field(default_factory=list)
     slot: Slot | None = None  # None: waiting for a sequence (n larger than free slots)
     generated: int = 0
     next_token: int = -1  # sampled, not yet decoded

@@ -37,6 +37,9 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
     include_stop: bool = False  # keep the matched stop string in the text
+    # Control tokens' texts in the deltas (`<|python_tag|>`, `[TOOL_CALLS]`): for a
+    # caller that parses them out (tool calls, reasoning). Stop strings see them too.
+    render_control: bool = False
     n: int = 1  # choices sharing this prompt's KV cache
     logprobs: int | None = None  # None: none; k: chosen token's logprob plus the top k
     prompt_logprobs: bool = False  # also score every prompt token (echo with logprobs)

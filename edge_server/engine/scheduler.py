@@ -180,6 +180,7 @@ class Scheduler:
             "kv_capacity": self.model.n_ctx,
             "prompt_store_entries": len(self.kv.store),
             "prompt_store_bytes": self.kv.store.used_bytes,
+            "prompt_store_on_disk_only": self.kv.store.disk_only,
             "decode_threads": self.threads.best(1),
             "draft_tokens": self.drafts.drafted,
             "draft_tokens_accepted": self.drafts.accepted,
@@ -328,7 +329,7 @@ class Scheduler:
             job.finish_choice(choice, "stop", [])
             return token
         choice.generated += 1
-        text = choice.text.push(self.vocab.pieces[token])
+        text = choice.text.push(choice.pieces[token])
         cut = choice.indent.cut_at(text) if choice.indent is not None else None
         if choice.text.stopped:
             job.finish_choice(choice, "stop", [token], text, scored)

@@ -57,7 +57,8 @@ def add_choices(job: Job, model: LlamaModel, vocab: Vocab, free: list[Slot],
     for i in range(request.n):
         sampler = build_sampler(request.sampling, vocab, n_ctx=model.n_ctx_seq,
                                 seed=choice_seed(base_seed, i))
-        choice = Choice(i, sampler, TextStream(request.stop, include_stop=request.include_stop))
+        choice = Choice(i, sampler, TextStream(request.stop, include_stop=request.include_stop),
+                        pieces=vocab.marked_pieces if request.render_control else vocab.pieces)
         if request.min_indent > 0:
             choice.indent = IndentGuard(request.min_indent)
         job.choices.append(choice)

@@ -35,6 +35,12 @@ def test_a_template_writing_gigabytes_stops_after_the_limit() -> None:
     _refused_quickly_and_small(ChatTemplate(NESTED_LOOPS))
 
 
+def test_a_generation_block_streams_within_the_limit() -> None:
+    # transformers' {% generation %} block writes its body in place, read piece by piece.
+    _refused_quickly_and_small(ChatTemplate(
+        "{% generation %}" + NESTED_LOOPS + "{% endgeneration %}"))
+
+
 def test_a_loop_count_from_template_kwargs_is_bounded_too() -> None:
     template = ChatTemplate("{% for i in range(repeat) %}{% for j in range(repeat) %}"
                             "{{ messages[0].content }}{% endfor %}{% endfor %}")
@@ -50,6 +56,9 @@ def test_a_loop_count_from_template_kwargs_is_bounded_too() -> None:
     "{{ messages[0].content | center(times) }}",
     "{{ messages[0].content | indent(times) }}",
     "{{ messages[0].content.replace('x', messages[0].content * 1000) }}",
+    # transformers' tojson options: an indent or separators as wide as the limit.
+    "{{ ([messages] * 1000) | tojson(indent=times) }}",
+    "{{ ([messages] * 1000) | tojson(separators=(',' * 10000, ':')) }}",
 ])
 def test_products_and_powers_past_the_limit_are_refused_before_they_are_made(
         source: str) -> None:

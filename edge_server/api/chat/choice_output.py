@@ -11,15 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine import FinishReason
+from .control_text import ControlTexts
 from .protocol import ChatFinishReason, ChatResponseMessage
-from .reasoning import ReasoningSplitter
+from .reasoning import CLOSE, OPEN, ReasoningSplitter
 from .tool_parsers import (
     CallArguments,
     CallStart,
     Content,
     Event,
     ToolCallFormat,
-    ToolCallParser,
+    call_parser,
 )
 
 
@@ -32,6 +33,12 @@ class ToolMode:
     forced: bool  # the grammar makes the answer one call
     max_calls: int | None  # None: as many as the model writes
     legacy: bool  # answer as `function_call` (the request sent `functions`)
+    schemas: dict[str, Any] = field(default_factory=dict)  # name -> parameters' schema
+
+
+@dataclass
+class _Reasoning:
+    text: str
 
 
 @dataclass
@@ -42,35 +49,41 @@ class _Call:
 
 
 class ChoiceOutput:
-    def __init__(self, *, split_reasoning: bool, reasoning_opened: bool, tools: ToolMode | None):
+    def __init__(
+        self,
+        *,
+        split_reasoning: bool,
+        reasoning_opened: bool,
+        tools: ToolMode | None,
+        think: tuple[str, str] | None = None,
+        controls: ControlTexts | None = None,
+    ):
+        """`controls`: the model's control-token texts, where the engine renders them in
+        this choice's text (GenerationRequest.render_control); they are never shown."""
         self._splitter = (
-            ReasoningSplitter(starts_inside=reasoning_opened) if split_reasoning else None
+            ReasoningSplitter(starts_inside=reasoning_opened, markers=think or (OPEN, CLOSE))
+            if split_reasoning
+            else None
         )
         self._tools = tools
         self._parser = (
-            ToolCallParser(tools.names, tools.fmt, forced=tools.forced, max_calls=tools.max_calls)
+            call_parser(tools.names, tools.fmt, forced=tools.forced,
+                        max_calls=tools.max_calls, schemas=tools.schemas)
             if tools
             else None
         )
+        self._hidden = controls.hider((Content, _Reasoning)) if controls is not None else None
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._calls: list[_Call] = []
 
     def push(self, text: str) -> list[dict[str, Any]]:
         """Deltas (OpenAI `delta` objects) that the new text makes known."""
-        reasoning, content = self._splitter.push(text) if self._splitter else ("", text)
-        events: list[Event] = self._parser.feed(content) if self._parser else [Content(content)]
-        return self._deltas(reasoning, events)
+        return self._deltas(self._parser.feed(text) if self._parser else [Content(text)])
 
     def finish(self) -> list[dict[str, Any]]:
         """Deltas of what was held back until the end."""
-        reasoning, content = self._splitter.finish() if self._splitter else ("", "")
-        events: list[Event] = []
-        if self._parser:
-            events = self._parser.feed(content) + self._parser.finish()
-        elif content:
-            events = [Content(content)]
-        return self._deltas(reasoning, events)
+        return self._deltas(self._parser.finish() if self._parser else [], end=True)
 
     def finish_reason(self, engine_reason: FinishReason | None) -> ChatFinishReason | None:
         """Calls end the answer with `tool_calls` (`function_call`), unless it was cut
@@ -103,13 +116,37 @@ class ChoiceOutput:
     def _legacy(self) -> bool:
         return bool(self._tools and self._tools.legacy)
 
-    def _deltas(self, reasoning: str, events: list[Event]) -> list[dict[str, Any]]:
+    def _split(self, events: list[Event], end: bool) -> list[Event | _Reasoning]:
+        """The content split into reasoning and answer. Calls are read first: the
+        family's call markers may hold its reasoning markers (harmony's
+        `to=functions.f<|channel|>analysis<|message|>`), and a call written before the
+        reasoning closed is still a call."""
+        if self._splitter is None:
+            return list(events)
+        out: list[Event | _Reasoning] = []
+        pieces = [(e, self._splitter.push(e.text)) if isinstance(e, Content) else (e, None)
+                  for e in events]
+        if end:
+            pieces.append((Content(""), self._splitter.finish()))
+        for event, split in pieces:
+            if split is None:
+                out.append(event)
+                continue
+            reasoning, content = split
+            if reasoning:
+                out.append(_Reasoning(reasoning))
+            if content:
+                out.append(Content(content))
+        return out
+
+    def _deltas(self, events: list[Event], end: bool = False) -> list[dict[str, Any]]:
         deltas: list[dict[str, Any]] = []
-        if reasoning:
-            self._reasoning.append(reasoning)
-            deltas.append({"reasoning_content": reasoning})
-        for event in events:
-            if isinstance(event, Content):
+        split = self._split(events, end)
+        for event in self._hidden.shown(split, final=end) if self._hidden else split:
+            if isinstance(event, _Reasoning):
+                self._reasoning.append(event.text)
+                deltas.append({"reasoning_content": event.text})
+            elif isinstance(event, Content):
                 if not event.text:
                     continue
                 self._content.append(event.text)

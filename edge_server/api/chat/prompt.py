@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine import Engine
-from ...engine.chat_template import RenderedChat, TemplateError, TemplateTooLong
+from ...engine.chat_template import ChatTemplate, RenderedChat, TemplateError, TemplateTooLong
 from ...engine.multimodal.projector import RgbImage
 from ...engine.request import ImageSpan
 from ..common.images import check_image_count, decode_image_url, image_errors
@@ -76,7 +76,7 @@ def _check_media(messages: list[ChatMessage], engine: Engine) -> None:
     check_image_count(count, engine.settings.image_limits, "messages")
 
 
-def _message_text(message: ChatMessage, index: int, images: _Images) -> str:
+def _message_text(message: ChatMessage, index: int, images: _Images | None) -> str:
     content = message.content
     if content is None:
         return ""
@@ -85,6 +85,8 @@ def _message_text(message: ChatMessage, index: int, images: _Images) -> str:
     texts = []
     for j, part in enumerate(content):
         if part.type == "image_url":
+            if images is None:
+                raise invalid(f"messages[{index}].content[{j}]", "images are not read here")
             texts.append(images.sentinel(part.image_url,
                                          f"messages[{index}].content[{j}].image_url"))
         else:
@@ -93,23 +95,28 @@ def _message_text(message: ChatMessage, index: int, images: _Images) -> str:
 
 
 def template_messages(
-    messages: list[ChatMessage], engine: Engine, tools: list[Tool],
+    messages: list[ChatMessage], template: ChatTemplate, tools: list[Tool],
     images: _Images | None = None,
 ) -> list[dict[str, Any]]:
-    """Messages as Jinja chat templates expect them: plain dicts with string content, and
-    tool calls with their arguments as objects (as Hugging Face templates expect)."""
-    template = engine.chat_template
-    images = images or _Images(engine)
-    _check_media(messages, engine)
+    """Messages as Jinja chat templates expect them (as transformers' apply_chat_template
+    passes them): plain dicts without null fields, string content, tool calls with their
+    arguments as objects, earlier reasoning as `reasoning_content`. For a template that
+    knows no tools, the calls are written into the content and the tools described in a
+    generic prompt (tools.py)."""
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         text = _message_text(message, i, images)
         role = "system" if message.role == "developer" else message.role
+        # Null content (a turn of calls only) as "": transformers drops the key, which
+        # renders the same wherever a template copes with either, and the Qwen 3, Granite
+        # and LFM2 templates fail without it.
         item: dict[str, Any] = {"role": role, "content": text}
         if message.name:
             item["name"] = message.name
             if not template.renders_names:
                 item["content"] = f"{message.name}: {text}"
+        if message.reasoning is not None:
+            item["reasoning_content"] = message.reasoning
         if message.tool_calls:
             item["tool_calls"] = [
                 {
@@ -130,12 +137,36 @@ def template_messages(
             item["tool_call_id"] = message.tool_call_id
         out.append(item)
     if tools and not template.renders_tools:
-        prompt = tooling.generic_prompt(tools)
-        if out and out[0]["role"] == "system":
-            out[0] = {**out[0], "content": prompt + "\n\n" + out[0]["content"]}
-        else:
-            out.insert(0, {"role": "system", "content": prompt})
+        _add_tool_prompt(out, tooling.generic_prompt(tools), template.accepts_system)
     return out
+
+
+def _add_tool_prompt(items: list[dict[str, Any]], prompt: str, system: bool) -> None:
+    """The generic tool prompt ahead of the system message, or as one; a template that
+    refuses system messages (Gemma 2) gets it ahead of the first user turn instead."""
+    if items and items[0]["role"] == "system":
+        items[0] = {**items[0], "content": prompt + "\n\n" + items[0].get("content", "")}
+    elif system:
+        items.insert(0, {"role": "system", "content": prompt})
+    else:
+        first = next((i for i, m in enumerate(items) if m["role"] == "user"), None)
+        if first is None:
+            items.insert(0, {"role": "user", "content": prompt})
+        else:
+            items[first] = {**items[first],
+                            "content": prompt + "\n\n" + items[first].get("content", "")}
+
+
+def template_variables(template: ChatTemplate, tools: list[Tool],
+                       template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """What the template is given beside the messages: the tools where it lays them out
+    (as the caller sent them), and only the variables the caller asked for
+    (`chat_template_kwargs`, `enable_thinking`, `reasoning_effort`, …): a template's own
+    defaults hold otherwise."""
+    variables = dict(template_kwargs or {})
+    if tools and template.renders_tools:
+        variables["tools"] = tooling.tool_specs(tools)
+    return variables
 
 
 # Where an image stands in a rendered prompt shown to a caller: llama.cpp's media marker.
@@ -147,31 +178,31 @@ def render_chat(
     engine: Engine,
     tools: list[Tool],
     *,
-    enable_thinking: bool | None = True,
     add_generation_prompt: bool = True,
     template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[RenderedChat, dict[str, RgbImage]]:
     """The model's chat template applied to the messages, and the images standing in the
-    text as sentinels (checked and decoded, not yet evaluated)."""
+    text as sentinels (checked and decoded, not yet evaluated). `template_kwargs`: the
+    variables the caller asked the template for (chat_template_kwargs and the like)."""
     # Every message renders to at least one token in any real template.
     if len(messages) > engine.n_ctx:
         raise too_long(
             "messages",
             f"{len(messages)} messages cannot fit the context of {engine.n_ctx} tokens.",
         )
+    _check_media(messages, engine)
     images = _Images(engine)
-    items = template_messages(messages, engine, tools, images)
-    variables: dict[str, Any] = {"enable_thinking": enable_thinking, **(template_kwargs or {})}
-    if tools and engine.chat_template.renders_tools:
-        variables["tools"] = tooling.tool_specs(tools)
+    template = engine.chat_template
+    items = template_messages(messages, template, tools, images)
     try:
-        rendered = engine.chat_template.render(
+        rendered = template.render(
             items, add_generation_prompt=add_generation_prompt,
-            max_chars=prompt_size_limit(engine), **variables
+            max_chars=prompt_size_limit(engine),
+            **template_variables(template, tools, template_kwargs),
         )
     except TemplateTooLong as exc:
         raise rendered_too_long("messages", engine) from exc
-    except TemplateError as exc:
+    except TemplateError as exc:  # the template's own raise_exception, named as it says
         raise invalid("messages", str(exc), "invalid_messages") from exc
     check_prompt_bytes(rendered.text, engine, "messages")
     return rendered, images.by_sentinel

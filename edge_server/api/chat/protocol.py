@@ -109,6 +109,18 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
     tool_call_id: str | None = Field(default=None, max_length=256)
     function_call: FunctionCall | None = None  # legacy: one call, no id
+    # An assistant turn's reasoning, replayed: templates that keep it render it.
+    reasoning_content: str | None = None
+
+    @property
+    def reasoning(self) -> str | None:
+        """The turn's reasoning, under the field names clients give it (`reasoning`,
+        `thinking`: the names transformers also reads)."""
+        if self.reasoning_content is not None:
+            return self.reasoning_content
+        extra = self.model_extra or {}
+        return next((v for v in (extra.get("reasoning"), extra.get("thinking"))
+                     if isinstance(v, str)), None)
 
     @model_validator(mode="after")
     def _content_present(self) -> ChatMessage:
@@ -126,7 +138,7 @@ class FunctionDef(BaseModel):
     name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = False
+    strict: bool | None = None
 
 
 class Tool(BaseModel):
@@ -178,7 +190,8 @@ class ChatCompletionRequest(SamplingRequest):
     functions: list[FunctionDef] | None = Field(default=None, min_length=1, max_length=MAX_TOOLS)
     function_call: Literal["none", "auto"] | FunctionName | None = None
     separate_reasoning: bool | None = False
-    enable_thinking: bool | None = True
+    # None: not asked, the template's own default holds (it is passed only when given).
+    enable_thinking: bool | None = None
     prediction: Prediction | None = None
     # OpenAI's reasoning models' knob: "none" is enable_thinking false, any other effort
     # true (there is no budget of thinking tokens); enable_thinking, where sent, wins. The
@@ -197,17 +210,28 @@ class ChatCompletionRequest(SamplingRequest):
     web_search_options: dict[str, Any] | None = None
     # Its `enable_thinking`, where given, wins over the field above.
     chat_template_kwargs: TemplateKwargs | None = None
+    # A chat that outgrows the context: "auto" drops its oldest turns, "disabled" is a
+    # 400 (the Responses API's field and values); absent, the server's --truncation.
+    truncation: Literal["auto", "disabled"] | None = None
 
     @model_validator(mode="after")
     def _reasoning_effort(self) -> ChatCompletionRequest:
-        if self.reasoning_effort is None:
-            return self
-        if "enable_thinking" not in self.model_fields_set:
+        if self.reasoning_effort is not None and self.enable_thinking is None:
             self.enable_thinking = self.reasoning_effort != "none"
-        # A chat_template_kwargs value of the caller's own wins.
-        self.chat_template_kwargs = {"reasoning_effort": self.reasoning_effort,
-                                     **(self.chat_template_kwargs or {})}
         return self
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """The variables the caller asked the chat template for, and only those (a
+        template's defaults hold otherwise): `enable_thinking` where sent or implied by
+        `reasoning_effort`, the effort itself, then chat_template_kwargs, whose own
+        values win."""
+        asked: dict[str, Any] = {}
+        if self.enable_thinking is not None:
+            asked["enable_thinking"] = self.enable_thinking
+        if self.reasoning_effort is not None:
+            asked["reasoning_effort"] = self.reasoning_effort
+        return {**asked, **(self.chat_template_kwargs or {})}
 
     @model_validator(mode="after")
     def _completion_tokens_alias(self) -> ChatCompletionRequest:

@@ -1,4 +1,6 @@
-"""Splits `<think>…</think>` reasoning from the answer, for `separate_reasoning`.
+"""Splits reasoning from the answer, for `separate_reasoning`: `<think>…</think>`, or
+the markers of the model's family (`[THINK]…[/THINK]`, harmony's analysis channel, …;
+tool_parsers.think_markers).
 
 Works on streamed text: a tag split across deltas is held back until it is complete.
 """
@@ -9,9 +11,12 @@ OPEN, CLOSE = "<think>", "</think>"
 
 
 class ReasoningSplitter:
-    def __init__(self, *, starts_inside: bool = False) -> None:
+    def __init__(
+        self, *, starts_inside: bool = False, markers: tuple[str, str] = (OPEN, CLOSE)
+    ) -> None:
         # Some templates open the think block in the prompt; the model then only closes it.
         self._inside = starts_inside
+        self._open, self._close = markers
         self._pending = ""
         self._seen_content = False
 
@@ -21,7 +26,7 @@ class ReasoningSplitter:
         reasoning: list[str] = []
         content: list[str] = []
         while self._pending:
-            tag = CLOSE if self._inside else OPEN
+            tag = self._close if self._inside else self._open
             at = self._pending.find(tag)
             if at >= 0:
                 self._emit(self._pending[:at], reasoning, content)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -33,11 +33,14 @@ from ..common.serving import (
     usage_info,
     wait_started,
 )
+from ..common.truncation import Truncated, answer_reserve, fit_messages, wanted
 from ..http.dependencies import off_loop
 from ..http.errors import invalid, unsupported
 from . import tools as tooling
 from .choice_output import ChoiceOutput, ToolMode
-from .prompt import ChatPrompt, MakePrompt, chat_prompt, render_chat
+from .control_text import ControlTexts, control_texts
+from .family_grammar import family_call_grammar
+from .prompt import ChatPrompt, MakePrompt, PromptRender, chat_prompt, render_chat
 from .protocol import (
     ChatChoice,
     ChatCompletionRequest,
@@ -45,9 +48,8 @@ from .protocol import (
     ChatMessage,
     NamedToolChoice,
 )
-from .reasoning import OPEN as THINK_OPEN
 from .streaming import stream_chat
-from .tool_parsers import FORCED, format_for_template
+from .tool_parsers import FORCED, format_for_template, think_markers
 from .tool_schema import call_grammar
 
 
@@ -58,6 +60,10 @@ class _Plan:
     tools: ToolMode | None  # how the answer is read for calls; None: it is all content
     split_reasoning: bool
     reasoning_opened: bool  # the prompt already opened a <think> block
+    think: tuple[str, str]  # the family's reasoning markers
+    # The model's control-token texts, where the answer is parsed: the engine renders
+    # them for the parsers, and they are taken out of what the caller is shown.
+    controls: ControlTexts | None = None
 
     def outputs(self, n: int) -> list[ChoiceOutput]:
         return [
@@ -65,6 +71,8 @@ class _Plan:
                 split_reasoning=self.split_reasoning,
                 reasoning_opened=self.reasoning_opened,
                 tools=self.tools,
+                think=self.think,
+                controls=self.controls,
             )
             for _ in range(n)
         ]
@@ -74,6 +82,7 @@ class _Plan:
 class PreparedChat:
     request: GenerationRequest
     plan: _Plan
+    truncated: Truncated = field(default_factory=Truncated)  # what the prompt lost to fit
 
 
 def _check_openai_fields(req: ChatCompletionRequest) -> None:
@@ -118,28 +127,52 @@ def prediction_tokens(req: ChatCompletionRequest, engine: Engine) -> list[int]:
     return tokens
 
 
+def _fitted_prompt(req: ChatCompletionRequest, engine: Engine, render: PromptRender,
+                   n_ctx: int | None) -> tuple[ChatPrompt, Truncated]:
+    """The chat's prompt, its oldest turns dropped to fit where truncation is asked for
+    (the request's `truncation`, else the server's)."""
+    def build(messages: list[ChatMessage]) -> ChatPrompt:
+        return chat_prompt(*render(messages), engine)
+
+    asked = None if req.truncation is None else req.truncation == "auto"
+    if not wanted(asked, engine):
+        return build(req.messages), Truncated()
+    context = engine.n_ctx if n_ctx is None else min(n_ctx, engine.n_ctx)
+    budget = context - answer_reserve(context, req.max_tokens)
+    return fit_messages(req.messages, budget, build)
+
+
 def prepare(req: ChatCompletionRequest, engine: Engine,
-            make_prompt: MakePrompt | None = None) -> PreparedChat:
+            make_prompt: MakePrompt | None = None, *, n_ctx: int | None = None
+            ) -> PreparedChat:
     """Everything before the engine: checks, grammars, the rendered and tokenized prompt.
     CPU-bound (templates, tokenizer, schema conversion), so it runs off the event loop.
     `make_prompt`: how the messages become the prompt, where not simply rendered and
-    tokenized (a stored Responses turn continued: responses/continuation.py)."""
+    tokenized (a stored Responses turn continued: responses/continuation.py). `n_ctx`:
+    the request's own context where smaller than one sequence's (Ollama's num_ctx)."""
     legacy = tooling.apply_legacy_functions(req)
     _check_fields(req)
     sampling = sampling_params(req, engine)
     tools = tooling.active_tools(req)
     forced = bool(tools) and req.tool_choice not in (None, "auto")
+    template = engine.chat_template
+    fmt = format_for_template(template.source, template.renders_tools)
     if forced:
         if sampling.grammar is not None:
             raise grammar_conflict("tool_choice")
-        sampling = dataclasses.replace(sampling, grammar=call_grammar(tools))
+        # The call is written the family's way where this server knows it, else bare.
+        grammar = family_call_grammar(tools, fmt, call_grammar(tools))
+        fmt = fmt if grammar is not None else FORCED
+        sampling = dataclasses.replace(sampling, grammar=grammar or call_grammar(tools))
 
     def render(messages: list[ChatMessage]) -> tuple[RenderedChat, dict[str, RgbImage]]:
-        return render_chat(messages, engine, tools, enable_thinking=req.enable_thinking,
-                           template_kwargs=req.chat_template_kwargs)
+        return render_chat(messages, engine, tools, template_kwargs=req.template_kwargs)
 
-    prompt: ChatPrompt = make_prompt(req.messages, render) if make_prompt is not None \
-        else chat_prompt(*render(req.messages), engine)
+    truncated = Truncated()
+    if make_prompt is not None:
+        prompt = make_prompt(req.messages, render)
+    else:
+        prompt, truncated = _fitted_prompt(req, engine, render, n_ctx)
     request = GenerationRequest(
         prompt_tokens=prompt.tokens,
         max_tokens=max_tokens_for(req, len(prompt.tokens), engine, None),
@@ -159,18 +192,24 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
                       engine.max_token_bytes, logprobs_param="top_logprobs")
     mode = None
     if tools:
-        template = engine.chat_template
         mode = ToolMode(
             names=tuple(t.function.name for t in tools),
-            fmt=FORCED if forced else format_for_template(template.source, template.renders_tools),
+            fmt=fmt,
             forced=forced,
             # A forced call's grammar allows one call; the legacy API had no parallel calls.
             max_calls=1 if forced or legacy or req.parallel_tool_calls is False else None,
             legacy=legacy,
+            schemas={t.function.name: t.function.parameters or {} for t in tools},
         )
+    think = think_markers(template.source)
     # A forced call's grammar starts the answer with the call, never inside reasoning.
-    opened = prompt.text.rstrip().endswith(THINK_OPEN) and not forced
-    return PreparedChat(request, _Plan(mode, bool(req.separate_reasoning), opened))
+    opened = prompt.text.rstrip().endswith(think[0].rstrip()) and not forced
+    plan = _Plan(mode, bool(req.separate_reasoning), opened, think)
+    if mode is not None or plan.split_reasoning:
+        # Call markers (and some families' reasoning markers) are control tokens.
+        request.render_control = True
+        plan.controls = control_texts(engine.vocab)
+    return PreparedChat(request, plan, truncated)
 
 
 class ChatServing:
@@ -185,7 +224,7 @@ class ChatServing:
         if req.stream:
             await wait_started(http, [handle])
             events = stream_chat(req, engine, http, handle, meta, plan.outputs(n))
-            return sse_response(sse_with_errors(events), [handle])
+            return prepared.truncated.apply(sse_response(sse_with_errors(events), [handle]))
         async with cancel_on_disconnect(http, [handle]):
             results = await collect(handle, n)
         entries = sum(len(r.token_ids) for r in results) * (1 + (req.top_logprobs or 0))
@@ -193,7 +232,7 @@ class ChatServing:
             body = _body(req, engine, plan, handle, results, meta)
         else:  # megabytes of JSON: built where it stalls no stream
             body = await off_loop(_body, req, engine, plan, handle, results, meta)
-        return Response(body, media_type="application/json")
+        return prepared.truncated.apply(Response(body, media_type="application/json"))
 
 
 def _body(req: ChatCompletionRequest, engine: Engine, plan: _Plan, handle: RequestHandle,

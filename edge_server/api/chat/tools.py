@@ -62,7 +62,11 @@ def active_tools(req: ChatCompletionRequest) -> list[Tool]:
 
 
 def tool_specs(tools: list[Tool]) -> list[dict[str, Any]]:
-    return [t.model_dump(exclude_none=True) for t in tools]
+    """The tools as the caller sent them: no key added (a default), none dropped but
+    nulls (templates test for a key, not for null)."""
+    return [{"type": t.type, "function": {
+        k: v for k, v in t.function.model_dump(exclude_unset=True).items() if v is not None}}
+        for t in tools]
 
 
 def generic_prompt(tools: list[Tool]) -> str:

@@ -25,7 +25,8 @@ from .errors import APIError
 
 ANY_ORIGIN = "*"
 # Answer headers a cross-origin page may read (the rest are hidden by the browser).
-EXPOSED_HEADERS = ("X-Edge-Replica", "Retry-After", "WWW-Authenticate")
+EXPOSED_HEADERS = ("X-Edge-Replica", "Retry-After", "WWW-Authenticate", "X-Truncated-Messages",
+                   "X-Truncated-Tokens")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Browser extensions' origins: `scheme://ID`, the ID as the browser writes it (Chrome's
 # 32 letters, Firefox's per-install UUID, Safari's UUID in capitals), never a port.

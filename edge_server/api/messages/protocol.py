@@ -61,7 +61,8 @@ class ToolResultBlock(BaseModel):
 
 
 class ThinkingBlock(BaseModel):
-    """Earlier reasoning, replayed; templates drop it, as they drop reasoning_content."""
+    """Earlier reasoning, replayed: an assistant turn's `reasoning_content`, which the
+    templates that keep earlier reasoning render (redacted thinking has no text)."""
 
     model_config = _BLOCK
     type: Literal["thinking", "redacted_thinking"]

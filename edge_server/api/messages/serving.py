@@ -58,7 +58,7 @@ def _count(req: CountTokensRequest, engine: Engine) -> int:
         chat = to_chat(req, images)
         tools = tooling.active_tools(chat)
         prompt = chat_prompt(*render_chat(chat.messages, engine, tools,
-                                          enable_thinking=chat.enable_thinking), engine)
+                                          template_kwargs=chat.template_kwargs), engine)
     except APIError as exc:
         raise renamed(exc, images) from exc
     return len(prompt.tokens)
@@ -91,16 +91,16 @@ class MessagesServing:
         if req.stream:
             await wait_started(http, [handle])
             events = stream_messages(http, handle, meta, output, stops)
-            return sse_response(events, [handle])
+            return prepared.truncated.apply(sse_response(events, [handle]))
         async with cancel_on_disconnect(http, [handle]):
             blocks, finish_reason = await _read_blocks(handle, output, stops)
-        return JSONResponse({
+        return prepared.truncated.apply(JSONResponse({
             **meta,
             "content": blocks.blocks,
             "stop_reason": stops.stop_reason(output, finish_reason),
             "stop_sequence": stops.matched,
             "usage": messages_usage(handle.usage),
-        })
+        }))
 
     async def count_tokens(self, req: CountTokensRequest, engine: Engine) -> Response:
         tokens = await off_loop(_count, req, engine)

@@ -27,6 +27,7 @@ from .protocol import (
     Message,
     MessagesRequest,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -91,6 +92,7 @@ def _turn(message: Message, i: int, image_params: dict[str, str],
     images: list[tuple[int, str]] = []  # (part index, the block's name)
     results: list[ChatMessage] = []
     calls: list[ToolCall] = []
+    reasoning: list[str] = []
     for j, block in enumerate(blocks):
         where = f"messages[{i}].content[{j}]"
         if isinstance(block, TextBlock):
@@ -112,11 +114,13 @@ def _turn(message: Message, i: int, image_params: dict[str, str],
             arguments = json.dumps(block.input, ensure_ascii=False)
             calls.append(ToolCall(id=block.id, function=FunctionCall(name=block.name,
                                                                      arguments=arguments)))
-        # thinking blocks: earlier reasoning is not part of the prompt.
+        elif isinstance(block, ThinkingBlock) and block.thinking and message.role == "assistant":
+            reasoning.append(block.thinking)  # as reasoning_content: templates keeping it show it
     text = "\n".join(texts)
     if message.role == "assistant":
         return [ChatMessage(role="assistant", content=text or (None if calls else ""),
-                            tool_calls=calls or None)]
+                            tool_calls=calls or None,
+                            reasoning_content="\n".join(reasoning) if reasoning else None)]
     if results and not texts and not images:
         return results
     index = first + len(results)
@@ -176,6 +180,8 @@ def to_chat(req: CountTokensRequest, image_params: dict[str, str] | None = None
     `image_params` learns the chat names of image blocks (see rename_image_param)."""
     _refuse_unsupported(req)
     thinking = req.thinking is not None and req.thinking.on
+    # Not given, the template's own default holds; given, it is passed either way.
+    enable_thinking = None if req.thinking is None else thinking
     tool_choice = _tool_choice(req)
     if thinking and (tool_choice == "required" or isinstance(tool_choice, NamedToolChoice)):
         # A forced call's grammar starts the answer with the call: no room to think.
@@ -186,8 +192,8 @@ def to_chat(req: CountTokensRequest, image_params: dict[str, str] | None = None
         "messages": _messages(req, {} if image_params is None else image_params),
         "tools": _tools(req),
         "tool_choice": tool_choice,
-        # Thinking is off unless asked for; asked for, it comes back as thinking blocks.
-        "enable_thinking": thinking,
+        # Asked for, thinking comes back as thinking blocks.
+        "enable_thinking": enable_thinking,
         "separate_reasoning": thinking,
     }
     if req.tool_choice is not None and req.tool_choice.disable_parallel_tool_use:

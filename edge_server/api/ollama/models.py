@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from ...model_pool import ModelPool, TooManyNames
 from ...model_spec import ModelSpec
 from ...model_store import ModelStore
+from ..chat.tool_parsers import think_markers
 from ..http.auth import require_admin
 from ..http.dependencies import parse_body, pool
 from ..http.errors import APIError
@@ -103,7 +104,9 @@ def _capabilities(models: ModelPool, spec: ModelSpec, template: str) -> list[str
     capabilities = ["completion", "tools"]  # tools: the template's, or a generic prompt
     if "image" in spec.modalities():
         capabilities.append("vision")
-    if "enable_thinking" in template or "<think>" in template:
+    # A template that can switch thinking, or writes its family's reasoning opening
+    # (`<think>`, `[THINK]`, harmony's analysis channel, `<seed:think>` …).
+    if "enable_thinking" in template or think_markers(template)[0] in template:
         capabilities.append("thinking")
     return capabilities
 

@@ -117,6 +117,7 @@ class Sampling:
     num_ctx: int | None = None
     repeat_last_n: int = -1  # -1: the whole context (held to the model's by the caller)
     stop: list[str] = field(default_factory=list)
+    num_keep: int | None = None  # prompt tokens a cut to fit the context keeps first
 
 
 def _validated(model: type[BaseModel], given: dict[str, Any]) -> Any:
@@ -174,7 +175,8 @@ def sampling(options: dict[str, Any] | None) -> Sampling:
         engine["mirostat_version"] = value["mirostat"]
     predict = value.get("num_predict")
     return Sampling(chat, engine, None if predict is None or predict < 0 else predict,
-                    value.get("num_ctx"), value["repeat_last_n"], value.get("stop") or [])
+                    value.get("num_ctx"), value["repeat_last_n"], value.get("stop") or [],
+                    value.get("num_keep"))
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")

@@ -91,7 +91,8 @@ def chat_as_text(req: ChatRequest, template: str, engine: Engine) -> GenerateReq
     _text_only(req)
     return GenerateRequest(model=req.model, prompt=turns_prompt(template, req.messages, engine),
                            raw=True, format=req.format, options=req.options,
-                           logprobs=req.logprobs, top_logprobs=req.top_logprobs)
+                           logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                           truncate=req.truncate, shift=req.shift)  # a cut keeps its head
 
 
 def generate_as_text(req: GenerateRequest, template: str, engine: Engine) -> GenerateRequest:

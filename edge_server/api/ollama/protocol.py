@@ -64,7 +64,7 @@ class Message(BaseModel):
     content: str | None = ""
     images: Images = None
     tool_calls: Annotated[list[ToolCall], Field(max_length=MAX_TOOL_CALLS)] | None = None
-    thinking: str | None = None  # earlier reasoning: not part of the prompt
+    thinking: str | None = None  # earlier reasoning: the turn's reasoning_content
     tool_name: str | None = Field(default=None, max_length=64)
     tool_call_id: str | None = Field(default=None, max_length=256)
 
@@ -84,6 +84,12 @@ class _GenerationFields(_NamedByModel):
     think: Think = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    # Ollama's: cut a prompt that outgrows the context (absent: the server's
+    # --truncation, off by default, where Ollama's default is on), and shift the context
+    # when the answer runs out of room (accepted; an answer here ends at the context's
+    # end, done_reason "length", either way).
+    truncate: bool | None = None
+    shift: bool | None = None
 
 
 class ChatRequest(_GenerationFields):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -16,6 +16,8 @@ from starlette.responses import JSONResponse, Response
 from ...engine import Engine, GenerationRequest
 from ...engine.request import ImageSpan, RequestHandle
 from ..chat.choice_output import ChoiceOutput
+from ..chat.prompt import ChatPrompt, MakePrompt, PromptRender, chat_prompt
+from ..chat.protocol import ChatMessage
 from ..chat.serving import prepare as prepare_chat_completion
 from ..common.model_bounds import ModelBounds
 from ..common.protocol import SamplingRequest
@@ -26,6 +28,7 @@ from ..common.serving import (
     submit,
     wait_started,
 )
+from ..common.truncation import Truncated, answer_reserve, fit_tokens, wanted
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, invalid
 from . import options as opts
@@ -40,6 +43,7 @@ class Prepared:
     request: GenerationRequest
     output: ChoiceOutput
     context: list[int] | None  # generate: the prompt's tokens, given back as `context`
+    truncated: Truncated = field(default_factory=Truncated)  # what the prompt lost to fit
 
 
 def _finish(request: GenerationRequest, sampling: opts.Sampling, engine: Engine) -> None:
@@ -66,11 +70,38 @@ def prepare_chat(req: ChatRequest, engine: Engine, template: str | None = None) 
     names = Names()
     try:
         sampling = opts.sampling(req.options)
-        prepared = prepare_chat_completion(chat_request(req, sampling, names), engine)
+        chat = chat_request(req, sampling, names)
+        chat.max_tokens = sampling.num_predict  # the room a cut to fit leaves
+        prepared = prepare_chat_completion(chat, engine, n_ctx=sampling.num_ctx)
         _finish(prepared.request, sampling, engine)
     except APIError as exc:
         raise names.rename(exc) from exc
-    return Prepared(prepared.request, prepared.plan.outputs(1)[0], None)
+    return Prepared(prepared.request, prepared.plan.outputs(1)[0], None, prepared.truncated)
+
+
+def _cut_to_fit(tokens: list[int], sampling: opts.Sampling, engine: Engine
+                ) -> tuple[list[int], Truncated]:
+    """A generate prompt cut to fit its context, leaving room for the answer: its first
+    num_keep tokens (the BOS by default) and its tail."""
+    n_ctx = ModelBounds.of(engine).context(sampling.num_ctx)
+    bos = int(bool(tokens) and engine.vocab.bos >= 0 and tokens[0] == engine.vocab.bos)
+    keep = sampling.num_keep if sampling.num_keep is not None and sampling.num_keep >= 0 \
+        else bos
+    return fit_tokens(tokens, n_ctx - answer_reserve(n_ctx, sampling.num_predict), keep)
+
+
+def _fitting_prompt(sampling: opts.Sampling, engine: Engine,
+                    truncated: list[Truncated]) -> MakePrompt:
+    """chat.serving.prepare's make_prompt for a templated generate asking to truncate:
+    its one turn cannot be dropped, so its tokens are cut (not where it holds images: a
+    cut could fall inside one; that stays the usual 400)."""
+    def make(messages: list[ChatMessage], render: PromptRender) -> ChatPrompt:
+        prompt = chat_prompt(*render(messages), engine)
+        if not prompt.images:
+            prompt.tokens, cut = _cut_to_fit(prompt.tokens, sampling, engine)
+            truncated.append(cut)
+        return prompt
+    return make
 
 
 def _text_generation(req: GenerateRequest, engine: Engine, sampling: opts.Sampling
@@ -106,19 +137,26 @@ def prepare_generate(req: GenerateRequest, engine: Engine,
     names = Names(default="prompt")
     try:
         sampling = opts.sampling(req.options)
+        cuts: list[Truncated] = []
+        cut = wanted(req.truncate, engine)
         if req.raw or req.template is not None or req.suffix is not None:
             request, output = _text_generation(req, engine, sampling)
         else:
-            prepared = prepare_chat_completion(generate_chat_request(req, sampling, names),
-                                               engine)
+            chat = generate_chat_request(req, sampling, names)
+            fitting = _fitting_prompt(sampling, engine, cuts) if cut else None
+            prepared = prepare_chat_completion(chat, engine, fitting)
             request, output = prepared.request, prepared.plan.outputs(1)[0]
         if req.context:
             _with_context(request, req.context, engine)
+        if cut and not request.images:  # the whole prompt, a previous `context` included
+            request.prompt_tokens, last = _cut_to_fit(request.prompt_tokens, sampling, engine)
+            cuts.append(last)
         _finish(request, sampling, engine)
     except APIError as exc:
         raise names.rename(exc) from exc
+    truncated = Truncated(tokens=sum(c.tokens for c in cuts))
     # Raw prompts give no context back (Ollama's rule: the caller keeps its own).
-    return Prepared(request, output, None if req.raw else given_context(request))
+    return Prepared(request, output, None if req.raw else given_context(request), truncated)
 
 
 def given_context(request: GenerationRequest) -> list[int]:
@@ -147,14 +185,14 @@ async def run(prepared: Prepared, answer: Answer, engine: Engine, http: Request,
     if stream:
         await wait_started(http, [handle])
         lines = _objects(answer, handle, clock, prepared.context, http)
-        return ndjson_stream(with_error_line(lines), [handle])
+        return prepared.truncated.apply(ndjson_stream(with_error_line(lines), [handle]))
     async with cancel_on_disconnect(http, [handle]):
         async for delta in stream_deltas(handle):
             clock.saw_token()
             answer.feed(delta)
     body = answer.final(whole=True, durations=clock.durations(handle.usage),
                         context=prepared.context)
-    return JSONResponse(body)
+    return prepared.truncated.apply(JSONResponse(body))
 
 
 class OllamaServing:

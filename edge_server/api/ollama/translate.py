@@ -116,7 +116,9 @@ def _messages(req: ChatRequest, names: Names) -> list[ChatMessage]:
                 arguments=json.dumps(call.function.arguments, ensure_ascii=False)))
                 for j, call in enumerate(message.tool_calls)]
             pending = [call.id for call in calls]
-        out.append(ChatMessage(role=message.role, content=content, tool_calls=calls))
+        reasoning = message.thinking if message.role == "assistant" else None
+        out.append(ChatMessage(role=message.role, content=content, tool_calls=calls,
+                               reasoning_content=reasoning or None))
     return out
 
 
@@ -129,7 +131,7 @@ def _thinking(think: bool | str | None) -> dict[str, Any]:
     or a level): the reasoning comes back as `thinking`, a level reaching the template as
     chat's reasoning_effort does; off: the template is told not to think."""
     if think is None:
-        return {"enable_thinking": True, "separate_reasoning": False}
+        return {"separate_reasoning": False}
     if isinstance(think, str):
         return {"reasoning_effort": THINK_EFFORT[think], "separate_reasoning": True}
     return {"enable_thinking": think, "separate_reasoning": think}
@@ -152,6 +154,7 @@ def chat_request(req: ChatRequest, sampling: Sampling, names: Names) -> ChatComp
         "response_format": response_format(req.format),
         "logprobs": bool(req.logprobs),
         "top_logprobs": req.top_logprobs if req.logprobs else None,
+        "truncation": None if req.truncate is None else "auto" if req.truncate else "disabled",
         **_thinking(req.think),
         **sampling.chat_fields,
     })
@@ -166,7 +169,8 @@ def generate_chat_request(req: GenerateRequest, sampling: Sampling,
         messages.append(Message(role="system", content=req.system))
     messages.append(Message(role="user", content=req.prompt or "", images=req.images))
     as_chat = ChatRequest(model=req.model, messages=messages, format=req.format,
-                          think=req.think, logprobs=req.logprobs, top_logprobs=req.top_logprobs)
+                          think=req.think, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                          truncate=req.truncate)
     chat = chat_request(as_chat, sampling, names)
     # The chat names of the images are the request's `images[k]`.
     names.images = {k: v.replace(f"messages[{len(messages) - 1}].", "")

@@ -122,8 +122,11 @@ def to_chat(req: ResponsesRequest, reads_images: bool = False,
             tool_choice=choice,
             parallel_tool_calls=req.parallel_tool_calls, response_format=_response_format(req),
             max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p,
-            user=req.user, separate_reasoning=True, enable_thinking=effort != "none",
+            user=req.user, separate_reasoning=True, reasoning_effort=effort,
             draft=req.draft,
+            # The Responses API's own default, whatever the server's --truncation: a
+            # stored conversation is continued whole or refused (`auto` is not served).
+            truncation="disabled",
         )
     except ValidationError as exc:
         raise invalid("input", f"Invalid input: {exc.errors()[0].get('msg', '')}") from exc

@@ -37,15 +37,15 @@ class ChatInput(BaseModel):
     messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     add_generation_prompt: bool = True
-    enable_thinking: bool | None = True
+    enable_thinking: bool | None = None  # None: the template's own default
     chat_template_kwargs: TemplateKwargs | None = None
 
     def render(self, engine: Engine) -> tuple[RenderedChat, dict[str, RgbImage]]:
         assert self.messages is not None
+        asked = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
         return render_chat(self.messages, engine, self.tools or [],
-                           enable_thinking=self.enable_thinking,
                            add_generation_prompt=self.add_generation_prompt,
-                           template_kwargs=self.chat_template_kwargs)
+                           template_kwargs={**asked, **(self.chat_template_kwargs or {})})
 
     def shown(self, engine: Engine) -> str:
         """The rendered text only: nothing is tokenized or evaluated."""

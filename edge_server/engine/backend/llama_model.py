@@ -107,6 +107,19 @@ class Vocab:
         self.add_bos: bool = bool(lc.llama_vocab_get_add_bos(vocab_ptr))
         # Pieces as bytes: a token may hold part of a UTF-8 character.
         self.pieces: list[bytes] = [self._piece(t, special=False) for t in range(self.n_tokens)]
+        # The texts of control tokens (`<|python_tag|>`, `[TOOL_CALLS]`, `<|im_end|>` …):
+        # llama.cpp renders them only when asked, and tokenizes them only with
+        # parse_special (it gates CONTROL and UNKNOWN tokens alike).
+        gated = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
+        control = {t: self._piece(t, special=True) for t in range(self.n_tokens)
+                   if lc.llama_vocab_get_attr(vocab_ptr, t) & gated}
+        self.control_texts: tuple[str, ...] = tuple(
+            text.decode("utf-8", errors="replace") for text in control.values() if text)
+        # `pieces` with control tokens rendered: the text that tool-call and reasoning
+        # parsers read (a request's `render_control`). The same objects where they agree.
+        self.marked_pieces: list[bytes] = list(self.pieces)
+        for token, text in control.items():
+            self.marked_pieces[token] = text
         self.is_eog = np.array(
             [bool(lc.llama_vocab_is_eog(vocab_ptr, t)) for t in range(self.n_tokens)], dtype=bool
         )

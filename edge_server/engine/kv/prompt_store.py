@@ -1,6 +1,10 @@
 """Prompt caches beyond the KV cache: prefixes spilled to host RAM, and to disk when the
 model unloads or the server stops, so a known system prompt is not evaluated again.
 
+At start only the saved files' headers (their tokens) are read: an entry's KV bytes come
+into RAM when a request first restores it, within the store's budget. A restarted server
+then holds in RAM what it uses, not everything it once saved.
+
 An entry is a token list and llama.cpp's serialised KV of exactly those tokens
 (`llama_state_seq_get_data`). Entries are only ever looked up by tokens, so the chat
 template is part of the key through the tokens it rendered; the model, the llama.cpp
@@ -37,14 +41,22 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1  # llama_token
 @dataclass
 class StoredPrefix:
     tokens: list[int]
-    data: bytes
+    data: bytes | None  # the KV bytes; None: not read yet, only in the file at `path`
     partition: str = ""  # only requests of this partition may restore it
     last_used: float = field(default_factory=time.monotonic)
     on_disk: bool = False  # already written (loaded from, or saved to, the directory)
+    path: Path | None = None  # its file, where it is on disk
+    size: int = 0  # bytes of KV, known before they are read
+    sha256: str = ""  # of the KV bytes, checked when they are read from the file
+
+    def __post_init__(self) -> None:
+        if self.data is not None:
+            self.size = len(self.data)
 
 
 class PromptStore:
-    """A bounded LRU of saved prefixes in host RAM."""
+    """A bounded LRU of saved prefixes in host RAM, and the index of those saved on disk
+    whose bytes were not read yet."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -52,7 +64,13 @@ class PromptStore:
 
     @property
     def used_bytes(self) -> int:
-        return sum(len(e.data) for e in self._entries)
+        """Host RAM the entries' KV bytes take (entries still on disk only take none)."""
+        return sum(e.size for e in self._entries if e.data is not None)
+
+    @property
+    def disk_only(self) -> int:
+        """Entries known from their files, whose bytes are not in RAM."""
+        return sum(1 for e in self._entries if e.data is None)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -61,7 +79,7 @@ class PromptStore:
         return list(self._entries)
 
     def put(self, entry: StoredPrefix) -> None:
-        if len(entry.data) > self.max_bytes:
+        if entry.size > self.max_bytes:
             return
         # An entry that extends an older one of its partition makes the older redundant.
         self._entries = [
@@ -70,8 +88,36 @@ class PromptStore:
                     and entry.tokens[: len(e.tokens)] == e.tokens)
         ]
         self._entries.append(entry)
+        self._shrink(keep=entry)
+
+    def _shrink(self, keep: StoredPrefix) -> None:
+        """Evicts the least recently used bytes (not `keep`'s) until within the budget:
+        an entry saved on disk only lets go of its bytes, it can read them again."""
         while self.used_bytes > self.max_bytes:
-            self._entries.remove(min(self._entries, key=lambda e: e.last_used))
+            victim = min((e for e in self._entries if e.data is not None and e is not keep),
+                         key=lambda e: e.last_used, default=None)
+            if victim is None:
+                return
+            if victim.on_disk and victim.path is not None:
+                victim.data = None
+            else:
+                self._entries.remove(victim)
+
+    def load(self, entry: StoredPrefix) -> bytes | None:
+        """The entry's KV bytes, read from its file on first use (checksum checked); None,
+        and the entry forgotten, when the file is gone or is not what its header said."""
+        if entry.data is not None:
+            return entry.data
+        data = _read_data(entry) if entry.path is not None else None
+        if data is None:
+            log.info("prompt cache file for %d tokens is gone or corrupt", len(entry.tokens))
+            if entry in self._entries:
+                self._entries.remove(entry)
+            return None
+        entry.data = data
+        entry.last_used = time.monotonic()
+        self._shrink(keep=entry)
+        return data
 
     def best(self, prompt: list[int], partition: str) -> tuple[StoredPrefix | None, int]:
         """The entry of `partition` sharing the longest prefix with `prompt`, and that
@@ -106,13 +152,16 @@ def save_entries(directory: Path, key: str, entries: list[StoredPrefix], max_byt
     written, total = 0, 0
     keep: set[str] = set()
     for entry in sorted(entries, key=lambda e: e.last_used, reverse=True):
-        total += len(entry.data)
+        total += entry.size
         if total > max_bytes:
             break
         name = _file_name(entry.tokens, entry.partition)
-        keep.add(name)
         if entry.on_disk and (directory / name).is_file():
+            keep.add(name)
             continue
+        if entry.data is None:  # its file went (another replica pruned it), unread
+            continue
+        keep.add(name)
         header = json.dumps({
             "format": _FORMAT, "key": key, "tokens": entry.tokens,
             "partition": entry.partition,
@@ -136,7 +185,9 @@ def save_entries(directory: Path, key: str, entries: list[StoredPrefix], max_byt
 
 def load_entries(directory: Path, key: str, max_bytes: int,
                  max_tokens: int) -> list[StoredPrefix]:
-    """Entries saved for this key; anything unreadable or foreign is skipped and removed."""
+    """Entries saved for this key, newest first within max_bytes, their headers read (the
+    KV bytes stay on disk until PromptStore.load); anything unreadable or foreign is
+    skipped and removed."""
     if not directory.is_dir():
         return []
     # Replicas sharing a models directory save and prune it too: any file may vanish
@@ -151,7 +202,7 @@ def load_entries(directory: Path, key: str, max_bytes: int,
             log.info("ignoring prompt cache file %s", path.name)
             path.unlink(missing_ok=True)
             continue
-        total += len(entry.data)
+        total += entry.size
         if total > max_bytes:
             break
         out.append(entry)
@@ -165,23 +216,31 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
+# A header holds the prefix's token ids as JSON: a few bytes each.
+_MAX_HEADER_BYTES = 64 << 20
+
+
 def _read(path: Path, key: str, max_tokens: int, mtime: float) -> StoredPrefix | None:
+    """The entry a file's header describes, its KV bytes left in the file."""
     try:
-        raw = path.read_bytes()
-        if not raw.startswith(_MAGIC) or len(raw) < len(_MAGIC) + 4:
-            return None
-        (header_len,) = struct.unpack_from("<I", raw, len(_MAGIC))
-        start = len(_MAGIC) + 4
-        header = json.loads(raw[start : start + header_len])
-        data = raw[start + header_len :]
+        with path.open("rb") as fh:
+            head = fh.read(len(_MAGIC) + 4)
+            if not head.startswith(_MAGIC) or len(head) < len(_MAGIC) + 4:
+                return None
+            (header_len,) = struct.unpack_from("<I", head, len(_MAGIC))
+            if header_len > _MAX_HEADER_BYTES:
+                return None
+            header = json.loads(fh.read(header_len))
+            data_size = path.stat().st_size - len(head) - header_len
         tokens = header["tokens"]
         partition = header.get("partition", "")
+        digest = header.get("sha256")
         valid = (
             header.get("format") == _FORMAT
             and isinstance(partition, str) and len(partition) <= 64
             and header.get("key") == key
-            and header.get("size") == len(data)
-            and hashlib.sha256(data).hexdigest() == header.get("sha256")
+            and header.get("size") == data_size and data_size > 0
+            and isinstance(digest, str)
             and isinstance(tokens, list)
             and 0 < len(tokens) <= max_tokens
             # Image placeholders are negative (multimodal/projector.py): derived from
@@ -193,5 +252,20 @@ def _read(path: Path, key: str, max_tokens: int, mtime: float) -> StoredPrefix |
         return None
     if not valid:
         return None
-    return StoredPrefix(tokens, data, partition,
-                        last_used=mtime - time.time() + time.monotonic(), on_disk=True)
+    return StoredPrefix(tokens, None, partition,
+                        last_used=mtime - time.time() + time.monotonic(), on_disk=True,
+                        path=path, size=data_size, sha256=digest)
+
+
+def _read_data(entry: StoredPrefix) -> bytes | None:
+    """An entry's KV bytes from its file, if they are still those its header described."""
+    assert entry.path is not None
+    try:
+        raw = entry.path.read_bytes()
+    except OSError:
+        return None
+    data = raw[len(raw) - entry.size:] if entry.size <= len(raw) else b""
+    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        entry.path.unlink(missing_ok=True)
+        return None
+    return data

@@ -126,16 +126,19 @@ class SlotTable:
             if source.slot is not None:
                 self.copy_prefix(source.slot, slot, length)
                 return length
-            self.spill(slot, keep=0)
             assert source.stored is not None
-            slot.partition = partition
-            if self.model.seq_restore(slot.seq_id, source.stored.data, length):
-                source.stored.last_used = time.monotonic()
-                slot.cached = source.stored.tokens[:length]
-                return length
-            log.warning("a saved prompt prefix did not load; evaluating it again")
-            slot.cached = []
-            own = 0
+            # Read from its file on first use; gone or corrupt there, the slot is as it was.
+            data = self.store.load(source.stored)
+            if data is not None:
+                self.spill(slot, keep=0)
+                slot.partition = partition
+                if self.model.seq_restore(slot.seq_id, data, length):
+                    source.stored.last_used = time.monotonic()
+                    slot.cached = source.stored.tokens[:length]
+                    return length
+                log.warning("a saved prompt prefix did not load; evaluating it again")
+                slot.cached = []
+                own = 0
         keep = min(own, limit)
         self.trim(slot, keep)  # spilled, if long, under its old partition
         slot.partition = partition

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Keys a call object may have; any other key before the name means it is not a call.
-NAME_KEYS = {"name"}
+NAME_KEYS = {"name", "tool_name"}  # Command R writes `tool_name`
 ARGUMENT_KEYS = {"arguments", "parameters"}
-CALL_KEYS = NAME_KEYS | ARGUMENT_KEYS | {"type", "id", "function"}
+CALL_KEYS = NAME_KEYS | ARGUMENT_KEYS | {"type", "id", "function", "tool_call_id"}
 NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
 ARGS_MARKERS = ("[ARGS]", "[CALL_ID]")
 

@@ -44,3 +44,14 @@ def partial_marker(text: str, markers: Collection[str]) -> int:
                 longest = k
                 break
     return longest
+
+
+def add_content(out: list[Event], text: str) -> None:
+    """`text` told as content, joined to the content event just before it if any (one
+    event per run of text, however it arrived)."""
+    if not text:
+        return
+    if out and isinstance(out[-1], Content):
+        out[-1].text += text
+    else:
+        out.append(Content(text))

@@ -16,7 +16,14 @@ import json
 from collections.abc import Collection
 
 from .call import ARGS_MARKERS, ARGUMENT_KEYS, CALL_KEYS, NAME_CHARS, NAME_KEYS, Call
-from .events import CallArguments, CallStart, Content, Event, marker_at, partial_marker
+from .events import (
+    CallArguments,
+    CallStart,
+    Event,
+    add_content,
+    marker_at,
+    partial_marker,
+)
 from .formats import ToolCallFormat
 from .json_scan import WHITESPACE, CallObject, Member, RawValue, loads
 
@@ -388,11 +395,6 @@ class ToolCallParser:
         self._at_start = False  # reading on as text, never as a bare call again
 
     def _content(self, text: str) -> None:
-        if not text:
-            return
-        if self._out and isinstance(self._out[-1], Content):
-            self._out[-1].text += text
-        else:
-            self._out.append(Content(text))
+        add_content(self._out, text)
         if text.strip():
             self._at_start = False
