@@ -56,9 +56,10 @@ class ServeOptions:
                                  "directory: a pull that would leave less is refused (507) "
                                  "before it starts, and stops when the disk fills during it")
     ctx_size: int = _opt(0, "tokens one request may use, prompt plus completion (Ollama's "
-                         "num_ctx), at most the model's training context; all slots share a "
-                         "KV cache of that many cells (default: the training context, as far "
-                         "as a quarter of --memory-budget-mb holds its cache)")
+                         "num_ctx), at most the model's training context; each slot has a "
+                         "KV stream of that many cells, its memory taken as cells are "
+                         "written (default: the training context, as far as half of "
+                         "--memory-budget-mb holds --parallel full streams)")
     threads: int = _opt(0, "CPU threads (default: all cores)")
     adaptive_threads: str = _opt("off", "on: time decode steps on all --threads and on one "
                                  "fewer, and use the faster per batch size (for machines busy "
@@ -135,9 +136,9 @@ class ServeOptions:
     keep_alive: float = _opt(300.0, "seconds a model stays loaded unused (-1: forever); the "
                              "default model is loaded again on its next request")
     memory_budget_mb: int = _opt(0, "memory for loaded models, weights plus KV cache; the "
-                                 "least recently used idle model is unloaded to make room; a "
-                                 "model's default context takes at most a quarter of it "
-                                 "(default: 75% of RAM)")
+                                 "least recently used idle model is unloaded to make room; the "
+                                 "KV streams of a model's default context, all full, take at "
+                                 "most half of it (default: 75% of RAM)")
     api_key: list[str] = _opt([], "accepted API key (repeatable); requests then need "
                               "`Authorization: Bearer KEY`", action="append")
     api_key_file: Path | None = _opt(None, "file with one accepted API key per line")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from bench_common import round_order
+from bench_common import round_order, rss_mib
 from bench_servers import ROOT, EdgeServer, LlamaServer, ServerProcess
 
 WORDS = [
@@ -156,7 +156,11 @@ def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
                 speed[kind, n].add(server.name, sum(x.tokens for x in results) / walls)
                 ttft[kind, n].add(server.name, statistics.median(x.ttft for x in results))
 
+    idle = {server.name: rss_mib(server.proc.pid) for server in servers}
     alternate(args.rounds, servers, measure)
+    print("--- memory (VmRSS, MiB): idle before the load / after it ---")
+    for server in servers:
+        print(f"  {server.name:26} {idle[server.name]:8.0f} / {rss_mib(server.proc.pid):.0f}")
     for kind in kinds:
         print(f"--- {LOAD_KINDS[kind][0]} ---")
         for n in levels:

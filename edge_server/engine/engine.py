@@ -319,9 +319,15 @@ class Engine:
         """Bytes this model holds, by part: the engine's share of the memory account."""
         buffers = self.model.buffer_bytes
         embedder, projector = self._embedder, self.projector
+        # The KV streams' pages given back at load come back as cells are written: the
+        # cache holds what was never given back plus those. (Zeroed compute-buffer pages
+        # given back with them count here too once used: the sum stays the RSS.)
+        released = self.model.released_pages
+        kv_cache = max(0, buffers.get("kv_cache", 0) - released.bytes
+                       + released.resident_again())
         return {
             "weights": buffers.get("weights", 0),
-            "kv_cache": buffers.get("kv_cache", 0),
+            "kv_cache": kv_cache,
             "compute_buffers": buffers.get("compute", 0),
             "prompt_store": self.scheduler.kv.store.used_bytes,
             "embedding_context": embedder.bytes if embedder is not None else 0,

@@ -5,12 +5,11 @@ token of every generating sequence plus chunks of waiting prompts (chunked prefi
 one C sampler call per sequence. Python does a handful of operations per token; the heavy
 work (matrix math, sampling) is in C with the GIL released.
 
-Every slot is a sequence; all share one KV cache (see kv/slots.py), so one request may
-use all of it: what does not fit it is refused up front, and a step whose batch finds no
-room makes some (room.py) rather than failing. A prompt whose prefix another slot holds,
-or is evaluating right now, copies that KV instead of evaluating it again. The n choices
-of a request take as many free slots as they can; the rest start on the request's own
-slots as earlier choices finish.
+Every slot is a sequence with a KV stream of its own (see kv/slots.py), so a request
+never runs out of cache because others grew: what does not fit one stream is refused up
+front. A prompt whose prefix another slot holds, or is evaluating right now, copies that
+KV instead of evaluating it again. The n choices of a request take as many free slots as
+they can; the rest start on the request's own slots as earlier choices finish.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from .kv.prompt_store import PromptStore
 from .kv.slots import Slot, SlotTable
 from .multimodal.projector import Projector
 from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
-from .room import admits, decode_in_room
 from .sampling.chain import GrammarError
 from .sampling.logprobs import token_logprob
 from .sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
@@ -235,18 +233,14 @@ class Scheduler:
             return
         batch = self._batch
         plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost)
-        chunk = self.settings.prefill_chunk_while_decoding
-        step = fill_step_batch(batch, self._jobs, chunk)
+        step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
 
-        status, step = decode_in_room(
-            self.kv, self._jobs, lambda: self.threads.decode(self.model, batch),
-            lambda prefill, paused: fill_step_batch(batch, self._jobs, chunk, prefill, paused),
-            step,
-            self._abort)
+        status = self.threads.decode(self.model, batch)
         self.kv.decoded()
-        if status != 0:  # room was made for it: this is llama.cpp failing
+        if status != 0:
+            # Streams are sized so that checked requests fit: this is llama.cpp failing.
             for job in list(self._jobs):
                 self._abort(job, EngineError(f"llama_decode failed ({status})"))
             return
@@ -381,8 +375,7 @@ class Scheduler:
         waiting = self._waiting.snapshot()
         for i, handle in enumerate(waiting):
             free = self.kv.free_slots()
-            if not free or not admits(self._jobs, handle.request, self.model.n_ctx,
-                                      self.n_slots):
+            if not free:
                 return
             self._waiting.remove(handle)
             self._start_job(handle, free, others_waiting=len(waiting) - i - 1)

@@ -10,7 +10,6 @@ steps: 3.74 s against 3.25 s).
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from .backend.batch import DecodeBatch
@@ -81,24 +80,21 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         choice.drafts = (draft + [filler] * depth)[:depth]
 
 
-def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int,
-                    prefill: bool = True, paused: Collection[int] = ()) -> StepBatch:
+def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int
+                    ) -> StepBatch:
     """Fills `batch` for one step. Prompt chunks share what the batch has left in job
     order (at most `prefill_while_decoding` tokens while sequences generate, so a long
-    prompt delays their next token by a fraction of a second only; none without
-    `prefill`). Choices whose id() is in `paused` wait for a later step (room.py)."""
+    prompt delays their next token by a fraction of a second only)."""
     batch.clear()
     tokens: list[tuple[int, Job, Choice]] = []
     for job in jobs:
         for choice in job.choices:
-            if choice.slot is not None and not choice.finished and id(choice) not in paused and (
+            if choice.slot is not None and not choice.finished and (
                     choice.first_from >= 0 or choice.next_token >= 0):
                 tokens.append((choice.seq_id, job, choice))
     budget = batch.capacity - len(tokens) - sum(len(c.drafts) for _, _, c in tokens)
     if tokens:
         budget = min(budget, prefill_while_decoding)
-    if not prefill:
-        budget = 0
     chunks: list[tuple[int, Job, int]] = []
     for job in jobs:
         if budget <= 0:

@@ -1,10 +1,9 @@
 """How many tokens one request may use on a model, chosen before its context is made.
 
-The KV cache is one buffer shared by every slot (llama.cpp's unified cache, as
-llama-server runs by default), so one request may use all of it while several short ones
-share it. llama.cpp clears the whole buffer when it creates the context (a memset in
-llama_kv_cache's constructor), so every cell is resident from the start: the default is
-the model's trained context only where its cache fits the memory set aside for it.
+Each slot has a KV stream of that many cells (llama_model.py). A stream's memory is only
+taken as its cells are written (zero_pages.py), so idle and short requests cost little,
+but eight slots that all fill their streams hold eight times one: the default is the
+model's trained context only where that worst case fits the memory set aside for it.
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ import llama_cpp as lc
 # Bytes per element of each KV cache type (block types: block bytes / 32 elements).
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
                "q4_1": 20 / 32, "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
-# The default context's KV cache may take this share of the memory budget: the rest is
-# for weights, compute buffers and other models.
-KV_SHARE_OF_BUDGET = 0.25
+# The default context's KV streams, all full, may take this share of the memory budget:
+# the rest is for weights, compute buffers, the prompt store and other models.
+KV_SHARE_OF_BUDGET = 0.5
 # llama.cpp sizes caches in multiples of 256 cells.
 CELL_GRANULE = 256
 # Never below this by default (today's per-request context), budget or not.
@@ -37,12 +36,14 @@ def bytes_per_cell(model: lc.llama_model_p, metadata: dict[str, str], type_k: st
     return max(1, int(lc.llama_model_n_layer(model) * per_layer))
 
 
-def default_context(n_ctx_train: int, per_cell: int, budget_bytes: int) -> int:
-    """The model's trained context, or as many cells as KV_SHARE_OF_BUDGET of the budget
-    holds (in whole granules, at least 2,048 or the trained context if smaller)."""
+def default_context(n_ctx_train: int, per_cell: int, budget_bytes: int,
+                    n_streams: int = 1) -> int:
+    """The model's trained context, or as many cells per stream as KV_SHARE_OF_BUDGET of
+    the budget holds for `n_streams` full streams (in whole granules, at least 2,048 or
+    the trained context if smaller)."""
     trained = n_ctx_train if n_ctx_train > 0 else _MIN_DEFAULT
     if budget_bytes <= 0:
         return trained
-    fits = int(budget_bytes * KV_SHARE_OF_BUDGET) // per_cell
+    fits = int(budget_bytes * KV_SHARE_OF_BUDGET) // (per_cell * max(1, n_streams))
     fits -= fits % CELL_GRANULE
     return min(trained, max(fits, _MIN_DEFAULT))

@@ -20,6 +20,7 @@ from .context_size import bytes_per_cell, default_context
 from .cpu_probe import extra_buffers_safe
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 from .runtime import init_backend, log_buffer_sizes, recording_buffers
+from .zero_pages import ReleasedPages, anonymous_mappings, release_zero_pages
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +31,10 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class ContextSettings:
-    # Tokens one request may use (prompt plus answer), and the cells of the KV cache all
-    # slots share; 0: the training context, as far as kv_budget_bytes allows (context_size).
+    # Tokens one request may use (prompt plus answer): the cells of each sequence's KV
+    # stream; 0: the training context, as far as kv_budget_bytes allows (context_size).
     n_ctx: int = 0
-    n_seq_max: int = 4  # sequences (slots) decoded together, sharing the cache's cells
+    n_seq_max: int = 4  # sequences (slots) decoded together, each with a KV stream
     kv_budget_bytes: int = 0  # memory budget the default context is sized from; 0: none
     n_batch: int = 512  # tokens per llama_decode call
     n_threads: int = 0  # 0: one per CPU core
@@ -167,8 +168,9 @@ class Vocab:
 
 
 class LlamaModel:
-    """A GGUF file loaded with one context whose KV cache all sequences share (llama.cpp's
-    unified cache): one request may use all of its cells, several share them."""
+    """A GGUF file loaded with one context; each sequence has a KV stream of its own of
+    the context one request may use, so decoding a token attends over its own sequence
+    only, however many are busy. A stream's memory is taken as its cells are written."""
 
     def __init__(self, path: Path, settings: ContextSettings) -> None:
         init_backend()
@@ -205,21 +207,21 @@ class LlamaModel:
             bytes_per_cell(model, self.metadata, settings.cache_type_k, settings.cache_type_v)
             if settings.cache_type_k in KV_CACHE_TYPES and settings.cache_type_v in KV_CACHE_TYPES
             else 1,
-            settings.kv_budget_bytes)
+            settings.kv_budget_bytes, n_seq)
         threads = settings.n_threads or default_threads()
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_ctx
+        cparams.n_ctx = n_ctx * n_seq  # llama.cpp gives each stream n_ctx / n_seq_max
         cparams.n_batch = settings.n_batch
         cparams.n_ubatch = settings.n_batch
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        # One buffer for all sequences (as llama-server runs by default): a request may
-        # use every cell. A stream per sequence would give each n_ctx / n_seq_max, or cost
-        # n_seq_max times the memory (llama.cpp clears, so touches, all of it at creation).
-        # Masked-out cells of other sequences cost little: the CPU flash-attention kernel
-        # skips them, and idle slots' cells are evicted when room is short (kv/room.py).
-        cparams.kv_unified = True
+        # A stream per sequence, not llama-server's one unified buffer: with that, every
+        # token attends over all sequences' cells (masked out, but computed), and the
+        # CPU attention kernels' rounding follows where a sequence's cells happen to lie,
+        # so the same seeded request gave other text from one run to the next. The
+        # streams' untouched cells are given back to the OS below (zero_pages.py).
+        cparams.kv_unified = False
         try:
             cparams.flash_attn_type = kv_flash_attn(settings)
         except ModelLoadError:
@@ -229,8 +231,11 @@ class LlamaModel:
         cparams.type_k = KV_CACHE_TYPES[settings.cache_type_k]
         cparams.type_v = KV_CACHE_TYPES[settings.cache_type_v]
         cparams.no_perf = True
+        mappings = anonymous_mappings()
         with recording_buffers() as context_buffers:
             ctx = lc.llama_init_from_model(model, cparams)
+        # Before any decode, so no other thread writes to these pages.
+        self.released_pages = release_zero_pages(mappings) if ctx else ReleasedPages([])
         # Bytes of weights, KV cache and compute buffers, as llama.cpp allocated them.
         self.buffer_bytes: dict[str, int] = {**buffers, **context_buffers}
         if not ctx:
@@ -245,9 +250,9 @@ class LlamaModel:
         self.n_batch: int = lc.llama_n_batch(ctx)
         self.n_embd: int = lc.llama_model_n_embd_inp(model)  # width of input embeddings
         self.n_seq_max: int = lc.llama_n_seq_max(ctx)
-        self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells one sequence may use: n_ctx
+        self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells of one sequence's stream
         # What saved sequence states depend on besides the model file.
-        self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}/unified"
+        self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}"
         self.cache_types = (settings.cache_type_k, settings.cache_type_v)
         self.flash_attn = cparams.flash_attn_type == lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
         self.n_threads = threads  # the most any step uses
@@ -313,10 +318,10 @@ class LlamaModel:
         return bool(lc.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
     def seq_copy_prefix(self, src: int, dst: int, length: int) -> None:
-        """dst holds src's first `length` tokens afterwards: in the unified cache the
-        cells are shared, not copied (dst's own first, so no cell is held twice)."""
-        lc.llama_memory_seq_rm(self.memory, dst, -1, -1)
-        lc.llama_memory_seq_cp(self.memory, src, dst, 0, length)
+        """dst holds src's first `length` tokens afterwards. Across streams llama.cpp copies
+        whole buffers only (a partial range aborts the process), so copy all, then trim."""
+        lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+        lc.llama_memory_seq_rm(self.memory, dst, length, -1)
 
     def seq_state(self, seq_id: int) -> bytes:
         """The KV cells of one sequence, as llama.cpp serialises them."""

@@ -2,8 +2,7 @@
 can be found: in a slot's own stream, in another slot's (busy or idle), or in the host
 RAM store of spilled prefixes.
 
-Each slot is one sequence; all share the cells of one KV cache, and a prefix copied
-from one slot to another shares its cells. A slot keeps its tokens after a
+Each slot is one sequence with a KV stream of its own. A slot keeps its tokens after a
 request, so the next request sharing a prefix (a system prompt, a growing chat)
 evaluates only its new tail. The scheduler decides *when*; this module keeps the books
 and issues the llama.cpp memory calls.
@@ -185,19 +184,6 @@ class SlotTable:
             return  # the store already holds all but a short tail of it
         self.store.put(StoredPrefix(list(tokens), self.model.seq_state(slot.seq_id),
                                     partition))
-
-    def evict_idle(self) -> bool:
-        """Frees the cells of the least recently used idle slot holding any (a long
-        prefix is kept in the prompt store first); False: no idle slot holds cells."""
-        idle = [s for s in self.slots
-                if not s.busy and s.cached and s.seq_id not in self._copied_into]
-        if not idle:
-            return False
-        slot = min(idle, key=lambda s: s.last_used)
-        self.spill(slot, keep=0)
-        self.model.seq_remove(slot.seq_id)
-        slot.cached = []
-        return True
 
     def decoded(self) -> None:
         """A decode ran: queued stream copies are done."""

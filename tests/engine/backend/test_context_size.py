@@ -1,7 +1,7 @@
-"""How many tokens one request may use: by default the model's trained context (one KV
-cache shared by all slots), capped by the memory budget; --ctx-size is the tokens one
-request may use, at most the trained context; stated on /v1/models, /props, /api/ps and
-/api/show."""
+"""How many tokens one request may use: by default the model's trained context (a KV
+stream per slot, its memory taken as cells are used), capped by the memory budget;
+--ctx-size is the tokens one request may use, at most the trained context; stated on
+/v1/models, /props, /api/ps and /api/show."""
 
 from __future__ import annotations
 
@@ -58,6 +58,22 @@ def test_default_context_is_the_trained_one_on_every_route(default_server) -> No
     with httpx.Client(base_url=default_server.base_url, timeout=60) as http:
         assert context_lengths(http, "default") == dict.fromkeys(
             ("models", "props", "ps", "show"), SMOLLM2_TRAINED)
+
+
+def test_kv_streams_take_memory_as_their_cells_are_used(default_server) -> None:
+    """Eight streams of 8,192 cells are 1,440 MiB allocated, but only written cells are
+    resident: at idle the cache holds almost nothing, and a 1,000-token prompt adds about
+    its own cells (23,040 bytes each), not a stream's."""
+    with httpx.Client(base_url=default_server.base_url, timeout=600) as http:
+        allocated = 8 * SMOLLM2_TRAINED * 23040
+        idle = http.get("/health").json()["memory"]["kv_cache"]
+        assert idle < allocated / 20, idle
+        prompt = words_of_tokens(http, 1000, seed=2)
+        r = http.post("/v1/completions", json={"model": "default", "prompt": prompt,
+                                               "max_tokens": 2, "temperature": 0})
+        assert r.status_code == 200, r.text
+        used = http.get("/health").json()["memory"]["kv_cache"] - idle
+        assert 900 * 23040 <= used <= 1300 * 23040 + 64 * 2**20, used
 
 
 @pytest.mark.slow
@@ -117,14 +133,15 @@ def test_ctx_size_is_per_request_and_capped_at_the_trained_context(tmp_path: Pat
 
 
 def test_memory_budget_caps_the_default_context(tmp_path: Path) -> None:
-    # A quarter of 400 MB for the cache: 100 MiB / 23,040 bytes a cell (SmolLM2, f16),
-    # in whole 256-cell granules.
-    server = start_server(tmp_path, "--memory-budget-mb", "400", name="budget")
+    # Half of 2,000 MB for eight full streams: 1,000 MiB / (8 x 23,040 bytes a cell:
+    # SmolLM2, f16), in whole 256-cell granules.
+    server = start_server(tmp_path, "--memory-budget-mb", "2000", "--parallel", "8",
+                          name="budget")
     try:
         with httpx.Client(base_url=server.base_url, timeout=60) as http:
-            expected = (100 * 2**20 // 23040) // 256 * 256
+            expected = (1000 * 2**20 // (8 * 23040)) // 256 * 256
             assert context_lengths(http, "default")["models"] == expected < SMOLLM2_TRAINED
-            assert http.get("/health").json()["memory"]["kv_cache"] <= 100 * 2**20
+            assert http.get("/health").json()["memory"]["kv_cache"] <= 1000 * 2**20
     finally:
         stop_server(server)
 
