@@ -190,6 +190,8 @@ def main() -> None:
                         help="tokens per request (default: 256 single/json, 128 load)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", default="1,4,8", help="load: concurrency levels")
+    parser.add_argument("--long-tokens", default="2000,8000",
+                        help="long-prompt: prompt sizes in tokens")
     parser.add_argument("--bursts", type=int, default=3,
                         help="load: bursts of requests a round, one after another")
     parser.add_argument("--sampling", choices=["both", "defaults", "shared"], default="both",

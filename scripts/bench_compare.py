@@ -1,6 +1,7 @@
 """edge_server against llama.cpp's llama-server, both up at once, rounds alternating
 between them, medians reported with every round's figure and the ratio.
 
+  long-prompt    time to first token of fresh ~2,000- and ~8,000-token prompts
   load           1/4/8 clients streaming 128 tokens each (--bursts a round, one after
                  another): tokens/s and TTFT p50, twice:
                  with each server's defaults (`temperature` alone: edge_server samples
@@ -251,8 +252,28 @@ def mode_restart(args: argparse.Namespace, servers: list[ServerProcess]) -> None
         print(f"  {name}: after restart / cold = {warm.median(name) / cold.median(name):.3f}")
 
 
+def mode_long_prompt(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
+    """Time to first token of fresh prompts of about 2,000 and 8,000 tokens (one token
+    answered), one request at a time: prompt evaluation speed, as a user waits for it."""
+    sample = text_of(400, random.Random(7))
+    counted = httpx.post(f"{servers[0].url}/tokenize", json={"content": sample}).json()
+    per_word = len(counted["tokens"]) / 400
+    sizes = [int(x) for x in args.long_tokens.split(",")]
+    ttft = {n: Series() for n in sizes}
+
+    def measure(server: ServerProcess, r: int) -> None:
+        for n in sizes:
+            prompt = f"[{fresh_tag()}] {text_of(int(n / per_word), random.Random(r * 7 + n))}"
+            _, done = burst(server.url, [prompt], 1, DEFAULTS)
+            ttft[n].add(server.name, done[0].ttft)
+
+    alternate(args.rounds, servers, measure)
+    for n in sizes:
+        print(ttft[n].line(f"~{n}-token prompt, TTFT", "s", higher_is_better=False))
+
+
 MODES = {"load": mode_load, "shared-prefix": mode_shared_prefix, "repeat": mode_repeat,
-         "restart": mode_restart}
+         "restart": mode_restart, "long-prompt": mode_long_prompt}
 
 
 def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],

@@ -26,7 +26,7 @@ def fim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
     tmp = tmp_path_factory.mktemp("fim")
     model = write_fim_model(tmp / "fim.gguf")
     running = start_server(tmp, "--model", str(model), "--parallel", "2",
-                           "--ctx-size", "8192", "--draft-max", "0")
+                           "--ctx-size", "4096", "--draft-max", "0")
     yield running
     stop_server(running)
     assert "Traceback" not in running.log_text(), running.log_text()

@@ -16,6 +16,9 @@ _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 
 # The default context's KV streams, all full, may take this share of the memory budget:
 # the rest is for weights, compute buffers, the prompt store and other models.
 KV_SHARE_OF_BUDGET = 0.5
+# Where untouched pages cannot be given back (zero_pages.py: Linux only), every stream is
+# resident from the start: the streams may then take this share, full or not.
+RESIDENT_KV_SHARE_OF_BUDGET = 0.125
 # llama.cpp sizes caches in multiples of 256 cells.
 CELL_GRANULE = 256
 # Never below this by default (today's per-request context), budget or not.
@@ -37,13 +40,15 @@ def bytes_per_cell(model: lc.llama_model_p, metadata: dict[str, str], type_k: st
 
 
 def default_context(n_ctx_train: int, per_cell: int, budget_bytes: int,
-                    n_streams: int = 1) -> int:
+                    n_streams: int = 1, lazy: bool = True) -> int:
     """The model's trained context, or as many cells per stream as KV_SHARE_OF_BUDGET of
-    the budget holds for `n_streams` full streams (in whole granules, at least 2,048 or
-    the trained context if smaller)."""
+    the budget holds for `n_streams` full streams (RESIDENT_KV_SHARE_OF_BUDGET where the
+    streams are not `lazy`: resident whether used or not), in whole granules, at least
+    2,048 or the trained context if smaller."""
     trained = n_ctx_train if n_ctx_train > 0 else _MIN_DEFAULT
     if budget_bytes <= 0:
         return trained
-    fits = int(budget_bytes * KV_SHARE_OF_BUDGET) // (per_cell * max(1, n_streams))
+    share = KV_SHARE_OF_BUDGET if lazy else RESIDENT_KV_SHARE_OF_BUDGET
+    fits = int(budget_bytes * share) // (per_cell * max(1, n_streams))
     fits -= fits % CELL_GRANULE
     return min(trained, max(fits, _MIN_DEFAULT))

@@ -20,7 +20,7 @@ from .context_size import bytes_per_cell, default_context
 from .cpu_probe import extra_buffers_safe
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 from .runtime import init_backend, log_buffer_sizes, recording_buffers
-from .zero_pages import ReleasedPages, anonymous_mappings, release_zero_pages
+from .zero_pages import RELEASES_PAGES, ReleasedPages, anonymous_mappings, release_zero_pages
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class LlamaModel:
             bytes_per_cell(model, self.metadata, settings.cache_type_k, settings.cache_type_v)
             if settings.cache_type_k in KV_CACHE_TYPES and settings.cache_type_v in KV_CACHE_TYPES
             else 1,
-            settings.kv_budget_bytes, n_seq)
+            settings.kv_budget_bytes, n_seq, lazy=RELEASES_PAGES)
         threads = settings.n_threads or default_threads()
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx * n_seq  # llama.cpp gives each stream n_ctx / n_seq_max

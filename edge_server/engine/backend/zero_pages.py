@@ -26,6 +26,8 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 _MADV_DONTNEED = 4
+# Where /proc/self/maps and madvise's zero-fill semantics are there to use.
+RELEASES_PAGES = sys.platform.startswith("linux")
 # Mappings smaller than this are not worth a scan (thread stacks, small heaps).
 _MIN_MAPPING = 16 << 20
 
@@ -34,7 +36,7 @@ def anonymous_mappings() -> dict[int, int]:
     """Start address -> size of this process's private, writable, anonymous mappings;
     empty where /proc is not there (then nothing is released)."""
     mappings: dict[int, int] = {}
-    if not sys.platform.startswith("linux"):
+    if not RELEASES_PAGES:
         return mappings
     try:
         with open("/proc/self/maps") as maps:

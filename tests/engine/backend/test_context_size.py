@@ -15,6 +15,8 @@ import pytest
 from conftest import RunningServer, start_server, stop_server
 from test_second_model import gemma_gguf
 
+from edge_server.engine.backend.context_size import default_context
+
 SMOLLM2_TRAINED = 8192
 GEMMA3_TRAINED = 32768
 _WORDS = ["alpha", "beta", "gamma", "delta", "river", "mountain", "cloud", "paper",
@@ -162,3 +164,18 @@ def test_gemma3_answers_a_20000_token_prompt_by_default(tmp_path: Path) -> None:
     finally:
         stop_server(server)
         gguf.unlink()
+
+
+def test_default_context_budgets_full_streams_and_resident_ones() -> None:
+    """Eight SmolLM2 streams (23,040 bytes a cell): the trained 8,192 where half the
+    budget holds them all full; fewer cells, in 256-cell granules, where it does not; an
+    eighth of the budget where pages cannot be given back (all resident from the start);
+    never below 2,048."""
+    cell, mib = 23040, 2**20
+    assert default_context(8192, cell, 18 * 1024 * mib, 8) == 8192
+    assert default_context(8192, cell, 2000 * mib, 8) == 5632
+    assert default_context(8192, cell, 18 * 1024 * mib, 8, lazy=False) == 8192
+    assert default_context(8192, cell, 8 * 1024 * mib, 8, lazy=False) == 5632
+    assert default_context(8192, cell, 100 * mib, 8) == 2048
+    assert default_context(1024, cell, 100 * mib, 8) == 1024
+    assert default_context(8192, cell, 0, 8) == 8192  # no budget: the trained context

@@ -63,3 +63,4 @@ def test_mappings_that_existed_before_are_left_alone() -> None:
     finally:
         del view
         region.close()
+
