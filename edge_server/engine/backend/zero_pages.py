@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 _MADV_DONTNEED = 4
 # Where /proc/self/maps and madvise's zero-fill semantics are there to use.
 RELEASES_PAGES = sys.platform.startswith("linux")
+# Pages read at once when looking for zeros (64 MiB of 4 KiB pages).
+_SCAN_PAGES = 16384
 # Mappings smaller than this are not worth a scan (thread stacks, small heaps).
 _MIN_MAPPING = 16 << 20
 
@@ -98,10 +100,14 @@ def release_zero_pages(before: dict[int, int]) -> ReleasedPages:
         if resident is None:
             continue
         pages = np.ctypeslib.as_array((ctypes.c_uint64 * (size // 8)).from_address(start))
-        # Only resident pages are read: a page never touched is no memory yet.
+        pages = pages.reshape(-1, page // 8)
         zero = np.zeros(len(resident), dtype=bool)
-        held = np.flatnonzero(resident)
-        zero[held] = ~pages.reshape(-1, page // 8)[held].any(axis=1)
+        # In slices, read in place: a cache of gigabytes is never copied.
+        for first in range(0, len(zero), _SCAN_PAGES):
+            held = resident[first:first + _SCAN_PAGES].astype(bool)
+            if held.any():
+                zero[first:first + _SCAN_PAGES] = held & ~pages[
+                    first:first + _SCAN_PAGES].any(axis=1)
         # Runs of resident zero pages: one madvise call each.
         edges = np.flatnonzero(np.diff(np.concatenate(([0], zero.view(np.int8), [0]))))
         for first, end in zip(edges[::2], edges[1::2], strict=True):
