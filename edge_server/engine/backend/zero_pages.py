@@ -17,6 +17,7 @@ the mappings (right after the context is made, before any decode).
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import mmap
 import sys
@@ -71,26 +72,34 @@ class ReleasedPages:
         return resident
 
 
-def _mincore(address: int, length: int) -> np.ndarray | None:
-    """One flag per page: resident (a page mapped, zero page included) or not."""
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library with madvise and mincore typed (None where they are not there)."""
     try:
-        mincore = ctypes.CDLL(None, use_errno=True).mincore
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
     except (OSError, AttributeError):
         return None
-    mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+    return libc
+
+
+def _mincore(address: int, length: int) -> np.ndarray | None:
+    """One flag per page: resident (a page mapped, zero page included) or not."""
+    libc = _libc()
+    if libc is None:
+        return None
     flags = np.zeros(length // mmap.PAGESIZE, dtype=np.uint8)
-    return flags & 1 if mincore(address, length, flags.ctypes.data) == 0 else None
+    return flags & 1 if libc.mincore(address, length, flags.ctypes.data) == 0 else None
 
 
 def release_zero_pages(before: dict[int, int]) -> ReleasedPages:
     """Drops the resident all-zero pages of anonymous mappings that are new or changed
     since `before` (an earlier anonymous_mappings())."""
     runs: list[tuple[int, int]] = []
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
+    libc = _libc()
+    if libc is None:
         return ReleasedPages(runs)
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     page = mmap.PAGESIZE
     for start, size in anonymous_mappings().items():
         if size < _MIN_MAPPING or before.get(start) == size:
@@ -112,7 +121,7 @@ def release_zero_pages(before: dict[int, int]) -> ReleasedPages:
         edges = np.flatnonzero(np.diff(np.concatenate(([0], zero.view(np.int8), [0]))))
         for first, end in zip(edges[::2], edges[1::2], strict=True):
             address, length = start + int(first) * page, int(end - first) * page
-            if madvise(address, length, _MADV_DONTNEED) == 0:
+            if libc.madvise(address, length, _MADV_DONTNEED) == 0:
                 runs.append((address, length))
     released = ReleasedPages(runs)
     if released.bytes:

@@ -26,6 +26,7 @@ import llama_cpp as lc
 import numpy as np
 
 from ..backend.batch import DecodeBatch
+from ..backend.context_size import bytes_per_cell
 from ..backend.llama_model import LlamaModel
 from ..backend.runtime import recording_buffers
 from ..errors import EngineError, EngineOverloaded
@@ -116,12 +117,10 @@ def _plan(model: LlamaModel, settings: EmbeddingSettings, pooling: int, name: st
     n_ctx = min(settings.max_ctx, model.n_ctx_train or settings.max_ctx,
                 max(512, by_budget // 256 * 256))
     n_embd = int(lc.llama_model_n_embd_out(model.model))  # of the hidden states
-    n_layer = int(lc.llama_model_n_layer(model.model))
     n_head = max(1, int(lc.llama_model_n_head(model.model)))
-    kv_width = int(lc.llama_model_n_embd(model.model)) // n_head * int(
-        lc.llama_model_n_head_kv(model.model))
+    kv_cell = bytes_per_cell(model.model, model.metadata, "f16", "f16")
     # Logits (twice), f16 K and V, activations; then the attention scores of a full batch.
-    per_token = 8 * n_vocab + 2 * 2 * n_layer * kv_width + 64 * n_embd
+    per_token = 8 * n_vocab + kv_cell + 64 * n_embd
     scores = n_ctx * n_ctx * n_head * 4
     return EmbeddingPlan(
         n_ctx=n_ctx,
