@@ -320,17 +320,21 @@ class Engine:
         buffers = self.model.buffer_bytes
         embedder, projector = self._embedder, self.projector
         # The KV streams' pages given back at load come back as cells are written: the
-        # cache holds what was never given back plus those. (Zeroed compute-buffer pages
-        # given back with them count here too once used: the sum stays the RSS.)
+        # cache holds what was never given back plus those. The compute buffers' pages
+        # are only resident once a step used them: what the context's mappings hold
+        # beyond the cache (their allocation where residency is not known).
         released = self.model.released_pages
         kv_cache = max(0, buffers.get("kv_cache", 0) - released.bytes
                        + released.resident_again())
+        compute = buffers.get("compute", 0)
+        if released.tracked:
+            compute = min(compute, max(0, released.resident_in_mappings() - kv_cache))
         return {
             "weights": buffers.get("weights", 0),
             "kv_cache": kv_cache,
-            "compute_buffers": buffers.get("compute", 0),
+            "compute_buffers": compute,
             "prompt_store": self.scheduler.kv.store.used_bytes,
-            "embedding_context": embedder.bytes if embedder is not None else 0,
+            "embedding_context": embedder.resident_bytes() if embedder is not None else 0,
             "projector": self._projector_bytes,
             "image_cache": projector.cached_bytes if projector is not None else 0,
         }

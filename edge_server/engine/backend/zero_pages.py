@@ -55,21 +55,35 @@ def anonymous_mappings() -> dict[int, int]:
 
 class ReleasedPages:
     """The runs of pages given back: how many of them are resident again (written since)
-    is what the memory account adds back."""
+    is what the memory account adds back. `mappings` are all the new mappings scanned
+    (the KV streams and the compute buffers), whose resident pages are what the context
+    holds now."""
 
-    def __init__(self, runs: list[tuple[int, int]]) -> None:
+    def __init__(self, runs: list[tuple[int, int]],
+                 mappings: list[tuple[int, int]] | None = None) -> None:
         self.runs = runs  # (address, bytes)
         self.bytes = sum(length for _, length in runs)
+        self.mappings = mappings or []  # (address, bytes)
+        self.tracked = mappings is not None  # whether residency is known at all
 
     def resident_again(self) -> int:
         """Bytes of the released pages that are resident now (written since, or read:
         a read maps the shared zero page, which mincore counts too)."""
-        resident = 0
-        for start, length in self.runs:
-            flags = _mincore(start, length)
-            if flags is not None:
-                resident += int(np.count_nonzero(flags)) * mmap.PAGESIZE
-        return resident
+        return _resident(self.runs)
+
+    def resident_in_mappings(self) -> int:
+        """Bytes resident now in the context's new mappings: its KV cache and compute
+        buffers, whose pages llama.cpp only touches as steps use them."""
+        return _resident(self.mappings)
+
+
+def _resident(ranges: list[tuple[int, int]]) -> int:
+    resident = 0
+    for start, length in ranges:
+        flags = _mincore(start, length)
+        if flags is not None:
+            resident += int(np.count_nonzero(flags)) * mmap.PAGESIZE
+    return resident
 
 
 @functools.cache
@@ -93,21 +107,37 @@ def _mincore(address: int, length: int) -> np.ndarray | None:
     return flags & 1 if libc.mincore(address, length, flags.ctypes.data) == 0 else None
 
 
+def new_mappings(before: dict[int, int]) -> list[tuple[int, int]]:
+    """(address, bytes) of anonymous memory mapped since `before` (an earlier
+    anonymous_mappings()), in ranges worth a scan. The kernel merges a new mapping with
+    an adjacent old one, so what `before` held is cut out of each range."""
+    old = sorted(before.items())
+    ranges: list[tuple[int, int]] = []
+    for start, size in anonymous_mappings().items():
+        pieces = [(start, start + size)]
+        for old_start, old_size in old:
+            old_end = old_start + old_size
+            pieces = [part for lo, hi in pieces for part in
+                      ((lo, min(hi, old_start)), (max(lo, old_end), hi)) if part[1] > part[0]]
+        ranges += [(lo, hi - lo) for lo, hi in pieces if hi - lo >= _MIN_MAPPING]
+    return ranges
+
+
 def release_zero_pages(before: dict[int, int]) -> ReleasedPages:
     """Drops the resident all-zero pages of anonymous mappings that are new or changed
     since `before` (an earlier anonymous_mappings())."""
     runs: list[tuple[int, int]] = []
+    scanned: list[tuple[int, int]] = []
     libc = _libc()
     if libc is None:
         return ReleasedPages(runs)
     page = mmap.PAGESIZE
-    for start, size in anonymous_mappings().items():
-        if size < _MIN_MAPPING or before.get(start) == size:
-            continue
+    for start, size in new_mappings(before):
         # Resident first: reading a page never touched would map the zero page.
         resident = _mincore(start, size)
         if resident is None:
             continue
+        scanned.append((start, size))
         pages = np.ctypeslib.as_array((ctypes.c_uint64 * (size // 8)).from_address(start))
         pages = pages.reshape(-1, page // 8)
         zero = np.zeros(len(resident), dtype=bool)
@@ -123,7 +153,7 @@ def release_zero_pages(before: dict[int, int]) -> ReleasedPages:
             address, length = start + int(first) * page, int(end - first) * page
             if libc.madvise(address, length, _MADV_DONTNEED) == 0:
                 runs.append((address, length))
-    released = ReleasedPages(runs)
+    released = ReleasedPages(runs, scanned)
     if released.bytes:
         log.info("gave back %d MiB of zeroed memory (KV cells not yet used)",
                  released.bytes >> 20)
