@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
-from .default_model import DEFAULT_ALIAS, DefaultModelMissing, default_model_path
+from .default_model import DEFAULT_ALIAS, DefaultModelMissing
 from .hub_download import run_showing_progress
 from .model_store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
 
@@ -37,7 +37,8 @@ def _registry_path(opts: ServeOptions, models_dir: Path) -> Path | None:
 def _store(opts: ServeOptions) -> ModelStore:
     models_dir = opts.models_dir or default_models_dir()
     return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)),
-                      min_free_bytes=max(opts.min_free_disk_mb, 0) * 2**20)
+                      min_free_bytes=max(opts.min_free_disk_mb, 0) * 2**20,
+                      default_model_quant=opts.default_model_quant)
 
 
 def _specs(opts: ServeOptions, store: ModelStore):
@@ -273,8 +274,8 @@ def pull(opts: ServeOptions, args: argparse.Namespace) -> int:
                 print(f"edge-server: no model `{args.name}` in the registry; give REPO FILE",
                       file=sys.stderr)
                 return 2
-            if entry.embedded:
-                print(default_model_path())
+            if entry.embedded:  # nothing to download: the file it is served from
+                print(store.local_path(entry))
                 return 0
             downloads = store.downloads_of(entry)
         else:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "EDGE_SERVER_"
+# What the embedded model is served from (default_conversion.py).
+DEFAULT_MODEL_QUANTS = ["q8_0", "packaged"]
 # llama-server's KV cache types (engine/backend/llama_model.py KV_CACHE_TYPES).
 KV_CACHE_TYPE_NAMES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
@@ -43,6 +45,12 @@ class ServeOptions:
         "SmolLM2-135M-Instruct)")
     model_id: str | None = _opt(None, "id clients pass as `model` for --model PATH "
                                 "(default: the file name without .gguf)")
+    default_model_quant: str = _opt(
+        "q8_0", "what the embedded SmolLM2-135M-Instruct is served from: q8_0 converts its "
+        "packaged Q4_1 file to Q8_0 once, into $XDG_CACHE_HOME/edge-server/default-model "
+        "(faster on CPUs, where llama.cpp has optimized kernels for Q8_0 and none for "
+        "Q4_1; the packaged file serves where the conversion fails); packaged serves that "
+        "file as it is", choices=DEFAULT_MODEL_QUANTS)
     serve_unknown_models: bool = _opt(False, "serve requests naming a model this server "
                                       "does not know with the default model (their answer's "
                                       "`model` says which answered), for tools that hard-code "
@@ -184,6 +192,10 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if not self.send_timeout > 0:
             raise ValueError("--send-timeout must be more than 0 seconds")
+        # argparse checks the flag's choices; the variable and the config file are here.
+        if self.default_model_quant not in DEFAULT_MODEL_QUANTS:
+            raise ValueError("--default-model-quant must be one of "
+                             + ", ".join(DEFAULT_MODEL_QUANTS))
         # Repeated flags give lists of comma-separated lists: flatten, and check each.
         networks: list[str] = []
         for item in self.image_url_networks:

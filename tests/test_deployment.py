@@ -270,7 +270,7 @@ def test_models_and_info_commands(tmp_path: Path) -> None:
                             capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert models.returncode == 0, models.stderr
     line = next(x for x in models.stdout.splitlines() if x.startswith(DEFAULT_MODEL))
-    assert "present" in line and "Q4_1" in line
+    assert "present" in line and "Q8_0" in line  # the conversion served (default_conversion.py)
     info = subprocess.run([sys.executable, "-m", "edge_server", "info"], env=env,
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert info.returncode == 0, info.stderr

@@ -171,10 +171,10 @@ def test_agrees_with_llama_cpp_python(client: openai.OpenAI,
     import llama_cpp
     import llama_cpp.llama_cpp as low_level
 
-    from edge_server.default_model import default_model_path
+    from edge_server.default_conversion import served_default_model_path
     from edge_server.engine.backend.cpu_probe import extra_buffers_safe
 
-    path = default_model_path()
+    path = served_default_model_path()  # the file the server serves (the same cache)
     # Where llama.cpp's AMX kernels crash (the server probes this), the reference must
     # load with the plain CPU kernels too, or it would take this process down.
     info = low_level.llama_print_system_info().decode(errors="replace")

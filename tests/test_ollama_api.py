@@ -56,7 +56,7 @@ def test_version_tags_show_and_ps(oc: ollama.Client, http: httpx.Client) -> None
     assert ours.size > 0 and len(ours.digest) == 64 and int(ours.digest, 16) >= 0
     details = ours.details
     assert details.format == "gguf" and details.family == "llama"
-    assert details.parameter_size.endswith("M") and details.quantization_level == "Q4_1"
+    assert details.parameter_size.endswith("M") and details.quantization_level == "Q8_0"
     # The digest is the file's SHA-256, computed once: a second listing agrees.
     assert oc.list().models[0].digest == listed[0].digest
 

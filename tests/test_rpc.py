@@ -150,7 +150,7 @@ def test_split_matches_local_output_and_every_server_holds_weights(
     before = [_rss_mib(p.pid) for p, _ in rpc_servers]
     split = _start_split(tmp_path, rpc_servers)
     try:
-        # Each server holds its share of the 98 MB model plus its layers' KV cache.
+        # Each server holds its share of the 145 MB model (Q8_0) plus its layers' KV cache.
         for (process, port), rss in zip(rpc_servers, before, strict=True):
             assert _rss_mib(process.pid) - rss > 20, port
             assert f"[127.0.0.1:{port}] model buffer size" in split.log_text()

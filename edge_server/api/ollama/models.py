@@ -194,7 +194,8 @@ def _deletable_file(store: ModelStore | None, spec: ModelSpec) -> Path | None:
     if store is None or spec.path is None:
         return None
     entry = store.find(spec.id)
-    if entry is not None and entry.path is not None:
+    # The embedded model's conversion is a cache of the operator's package, wherever it lies.
+    if entry is not None and (entry.path is not None or entry.embedded):
         return None
     try:
         spec.path.resolve().relative_to(store.models_dir.resolve())

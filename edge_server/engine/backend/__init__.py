@@ -3,5 +3,6 @@ its context (llama_model), the reusable decode batch (batch), the CPU probe and 
 tuner, and layers on RPC servers (rpc_devices, rpc_guard).
 
 May import: llama_cpp, numpy and the standard library; nothing else of edge_server.
-Imported by: every other engine part that touches llama.cpp, and the CLI's `info`.
+Imported by: every other engine part that touches llama.cpp, the CLI's `info`, and the
+default model's conversion (runtime, for llama.cpp's log).
 """
