@@ -68,7 +68,7 @@ async def stream_once(client: httpx.AsyncClient, url: str, prompt: str, max_toke
             "ignore_eos": ignore_eos, "seed": seed, "stream_options": {"include_usage": True},
             **sampling}
     start = time.perf_counter()
-    first, tokens, cached, prompt_tokens = None, 0, None, None
+    first, chunks, counted, cached, prompt_tokens = None, 0, None, None, None
     async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -76,15 +76,20 @@ async def stream_once(client: httpx.AsyncClient, url: str, prompt: str, max_toke
                 continue
             chunk = json.loads(line[6:])
             usage = chunk.get("usage") or {}
+            if usage.get("completion_tokens") is not None:
+                counted = usage["completion_tokens"]
             if usage.get("prompt_tokens_details"):
                 cached = usage["prompt_tokens_details"].get("cached_tokens")
                 prompt_tokens = usage.get("prompt_tokens")
             for choice in chunk.get("choices") or []:
                 if choice.get("text"):
-                    tokens += 1
+                    chunks += 1
                     if first is None:
                         first = time.perf_counter() - start
     wall = time.perf_counter() - start
+    # Tokens from the usage both servers send: a chunk may carry several tokens (this
+    # server sends what a step made at most every stream_interval_ms) or none.
+    tokens = counted if counted is not None else chunks
     return Result(first if first is not None else wall, tokens, wall, cached, prompt_tokens)
 
 

@@ -138,10 +138,11 @@ def test_step_cost_is_kept_beside_the_prompt_caches(server: RunningServer) -> No
         return
     assert len(kept) == 1 and kept[0].parent.name == "prompt-cache"
     cost = json.loads(kept[0].read_text())
-    assert set(cost) == {"rows_per_sequence", "one", "several", "many"}
+    assert set(cost) == {"rows_per_sequence", "one", "several", "many", "widths"}
     rows = cost["rows_per_sequence"]
     assert rows[0] == 1 and rows == sorted(rows)
     for times in (cost["one"], cost["several"]):
         assert len(times) == len(rows) and times == sorted(times) and times[0] > 0
     assert 1 <= cost["many"] <= 8
+    assert len(cost["widths"]) == cost["many"] and min(cost["widths"]) > 0
     assert "decode step cost measured" in log

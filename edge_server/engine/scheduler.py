@@ -26,6 +26,7 @@ from .backend.batch import DecodeBatch
 from .backend.llama_model import LlamaModel
 from .backend.step_cost import StepCost, load_or_measure
 from .backend.thread_tuner import ThreadTuner
+from .decode_groups import DecodeGroups
 from .delivery import post_outboxes
 from .errors import EngineError
 from .image_prefill import decode_next_image
@@ -93,6 +94,8 @@ class Scheduler:
         # Replaced on the engine thread by this machine's measured cost (step_cost.py).
         self.step_cost = StepCost.fixed_model(STEP_COST_IN_ROWS)
         self._step_cost_file = step_cost_file
+        self.groups: DecodeGroups | None = None  # from the measured cost, if any
+        self.grouped_steps = 0  # steps that decoded one group of the generating sequences
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # set once the engine thread serves
         # Watchdog: when the current step began (None between steps).
@@ -182,6 +185,7 @@ class Scheduler:
             "decode_threads": self.threads.best(1),
             "draft_tokens": self.drafts.drafted,
             "draft_tokens_accepted": self.drafts.accepted,
+            "grouped_decode_steps": self.grouped_steps,
         }
 
     # --- engine thread ----------------------------------------------------------------
@@ -190,7 +194,8 @@ class Scheduler:
         # llama.cpp's OpenMP keeps a team of workers per calling thread, and a team left
         # idle on another thread slows every later step: decode on this thread only.
         self.threads = ThreadTuner.for_model(self.model, adaptive=self.settings.adaptive_threads)
-        if self.draft_max > 0:
+        # The measured cost sets draft depths and, on the CPU, decode groups.
+        if self.draft_max > 0 or self.model.cpu_only:
             try:
                 measured = load_or_measure(self.model, self._step_cost_file)
             except Exception:  # drafting falls back to the fixed model; serving goes on
@@ -198,7 +203,8 @@ class Scheduler:
                 measured = None
             if measured is not None:
                 self.step_cost = measured
-            elif self._step_cost_file is not None:
+                self.groups = DecodeGroups(measured.widths)
+            elif self._step_cost_file is not None and self.draft_max > 0:
                 # Unmeasured, a guessed cost could make drafting lose: none this run.
                 log.warning("decode step cost not measured (machine too busy?): lookup "
                             "drafting off until the next start")
@@ -233,9 +239,11 @@ class Scheduler:
             return
         batch = self._batch
         plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost)
-        step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding)
+        step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding,
+                               self.groups)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix
+        self.grouped_steps += step.grouped
 
         status = self.threads.decode(self.model, batch)
         self.kv.decoded()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .backend.batch import DecodeBatch
 from .backend.step_cost import StepCost
+from .decode_groups import DecodeGroups
 from .image_prefill import text_end
 from .jobs import Choice, Job
 from .sampling.lookup_draft import LookupDraft, choose_depth
@@ -24,6 +25,7 @@ class StepBatch:
     decoding: list[tuple[Job, Choice]] = field(default_factory=list)  # next tokens
     firsts: list[tuple[Job, Choice]] = field(default_factory=list)  # re-evaluated prompt ends
     prefill: list[tuple[Job, int, int]] = field(default_factory=list)  # job, end, first row
+    grouped: bool = False  # some generating sequences sit this step out (decode_groups)
 
 
 def _chunk_end(job: Job, budget: int) -> int:
@@ -80,11 +82,12 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         choice.drafts = (draft + [filler] * depth)[:depth]
 
 
-def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int
-                    ) -> StepBatch:
+def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int,
+                    groups: DecodeGroups | None = None) -> StepBatch:
     """Fills `batch` for one step. Prompt chunks share what the batch has left in job
     order (at most `prefill_while_decoding` tokens while sequences generate, so a long
-    prompt delays their next token by a fraction of a second only)."""
+    prompt delays their next token by a fraction of a second only). Without drafts, the
+    generating sequences may take turns in groups (decode_groups.py)."""
     batch.clear()
     tokens: list[tuple[int, Job, Choice]] = []
     for job in jobs:
@@ -92,6 +95,12 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
             if choice.slot is not None and not choice.finished and (
                     choice.first_from >= 0 or choice.next_token >= 0):
                 tokens.append((choice.seq_id, job, choice))
+    generating = sorted(seq for seq, _, c in tokens if c.first_from < 0)
+    step = StepBatch()
+    if groups is not None and generating and not any(c.drafts for _, _, c in tokens):
+        turn = groups.pick(generating)
+        step.grouped = len(turn) < len(generating)
+        tokens = [t for t in tokens if t[2].first_from >= 0 or t[0] in turn]
     budget = batch.capacity - len(tokens) - sum(len(c.drafts) for _, _, c in tokens)
     if tokens:
         budget = min(budget, prefill_while_decoding)
@@ -106,7 +115,6 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
                 chunks.append((job.slot.seq_id, job, end))
     order = sorted([(seq, 0, i) for i, (seq, _, _) in enumerate(tokens)]
                    + [(seq, 1, i) for i, (seq, _, _) in enumerate(chunks)])
-    step = StepBatch()
     for seq, kind, i in order:
         if kind == 1:
             _, job, end = chunks[i]

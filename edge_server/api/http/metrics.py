@@ -142,6 +142,8 @@ class _PoolCollector:
 _ENGINE_COUNTERS = {
     "draft_tokens": "tokens drafted by lookup and verified in a decode step",
     "draft_tokens_accepted": "drafted tokens kept (each saved a decode step)",
+    "grouped_decode_steps": "decode steps that carried one group of the generating "
+                            "sequences (the groups take turns where that is faster)",
     "embedding_requests": "embeddings requests queued",
     "embedding_inputs": "inputs embedded",
     "embedding_tokens": "tokens embedded",

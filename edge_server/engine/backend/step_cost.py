@@ -36,9 +36,16 @@ log = logging.getLogger(__name__)
 _PREFIX_TOKENS = 32  # context each timed sequence already holds
 _ROWS_PER_SEQUENCE = (1, 2, 3, 5, 9)  # a step without drafts, and with 1, 2, 4 and 8
 _REPEATS = 4  # timings of each shape; the fastest is kept (noise only adds time)
+# Where one row takes longer than this, two timings a shape: noise is a smaller share of
+# a long step, and four would not fit the budget on a 1.5B model.
+_LONG_STEP_SECONDS = 0.010
 _BUDGET_SECONDS = 20.0  # a machine too busy to finish by then does not draft this run
+# The budget grows with the model's step (a 1.5B model's one-row step is 30 ms here, five
+# times SmolLM2's), up to this: the model is not served while it is timed.
+_MAX_BUDGET_SECONDS = 50.0
 _MANY = 8  # the "several sequences" point, or fewer where the model has fewer slots
-_FORMAT = 2  # of the stored file: 1 held a straight line, which misled (see above)
+# Of the stored file: 1 held a straight line, which misled (see above); 2 had no widths.
+_FORMAT = 3
 
 
 def _interpolate(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -53,19 +60,23 @@ def _interpolate(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
 @dataclass(frozen=True)
 class StepCost:
     """Seconds of a decode step with `rows_per_sequence[i]` rows for each sequence: `one`
-    at one sequence, `several` at `many` sequences (linear in the sequences between)."""
+    at one sequence, `several` at `many` sequences (linear in the sequences between).
+    `widths[n - 1]`: a step of n sequences, one row each (decode_groups.py; empty where
+    not measured)."""
 
     rows_per_sequence: tuple[int, ...]
     one: tuple[float, ...]
     several: tuple[float, ...]
     many: int
+    widths: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         """A stored file that does not hold a usable table is measured again."""
         xs = self.rows_per_sequence
         if not (len(xs) >= 2 and len(self.one) == len(self.several) == len(xs)
                 and all(b > a for a, b in pairwise(xs))
-                and all(t > 0 for t in (*self.one, *self.several)) and self.many >= 1):
+                and all(t > 0 for t in (*self.one, *self.several, *self.widths))
+                and self.many >= 1):
             raise ValueError("not a step cost table")
 
     def seconds(self, sequences: int, rows: int) -> float:
@@ -115,7 +126,8 @@ def load_or_measure(model: LlamaModel, path: Path | None) -> StepCost | None:
         try:
             stored = json.loads(path.read_text())
             cost = StepCost(tuple(stored["rows_per_sequence"]), tuple(stored["one"]),
-                            tuple(stored["several"]), int(stored["many"]))
+                            tuple(stored["several"]), int(stored["many"]),
+                            tuple(stored["widths"]))
             log.info("decode step cost from %s", path.name)
             return cost
         except (OSError, ValueError, TypeError, KeyError):
@@ -138,19 +150,25 @@ def measure(model: LlamaModel) -> StepCost | None:
     if model.n_ctx_seq < _PREFIX_TOKENS + max(_ROWS_PER_SEQUENCE) + 1:
         return None
     started = time.monotonic()
-    deadline = started + _BUDGET_SECONDS
     try:
-        one = _time_steps(model, 1, deadline)
-        several = _time_steps(model, many, deadline) if many > 1 else one
+        widths = _time_widths(model, many, started)
+        if widths is None:
+            return None
+        repeats = 2 if widths[0] > _LONG_STEP_SECONDS else _REPEATS
+        deadline = started + min(_MAX_BUDGET_SECONDS,
+                                 _BUDGET_SECONDS * max(1.0, widths[0] / _LONG_STEP_SECONDS))
+        one = _time_steps(model, 1, deadline, repeats)
+        several = _time_steps(model, many, deadline, repeats) if many > 1 else one
     finally:
         for seq in range(many):
             model.seq_remove(seq)
     if one is None or several is None:
         return None
-    cost = StepCost(_ROWS_PER_SEQUENCE, one, several, many)
+    cost = StepCost(_ROWS_PER_SEQUENCE, one, several, many, widths)
     log.info("decode step cost measured in %.1f s: %s ms (1 sequence), %s ms (%d), for %s "
-             "rows each", time.monotonic() - started, _ms(one), _ms(several), many,
-             "/".join(map(str, _ROWS_PER_SEQUENCE)))
+             "rows each; %s ms for 1..%d sequences of one row", time.monotonic() - started,
+             _ms(one), _ms(several), many, "/".join(map(str, _ROWS_PER_SEQUENCE)),
+             _ms(widths), many)
     return cost
 
 
@@ -158,32 +176,48 @@ def _ms(seconds: tuple[float, ...]) -> str:
     return "/".join(f"{1e3 * s:.1f}" for s in seconds)
 
 
-def _time_steps(model: LlamaModel, sequences: int, deadline: float
+def _time_widths(model: LlamaModel, many: int, started: float) -> tuple[float, ...] | None:
+    """Seconds of a step of 1..many sequences with one row each; None past the base
+    budget."""
+    return _time_shapes(model, many, [(n, 1) for n in range(1, many + 1)],
+                        started + _BUDGET_SECONDS, _REPEATS)
+
+
+def _time_steps(model: LlamaModel, sequences: int, deadline: float, repeats: int
                 ) -> tuple[float, ...] | None:
     """Seconds of a step of `sequences` sequences with each of _ROWS_PER_SEQUENCE rows
-    per sequence; None past `deadline`."""
-    batch = DecodeBatch(max(_PREFIX_TOKENS, max(_ROWS_PER_SEQUENCE)) * sequences)
+    per sequence; None past `deadline`. More rows never cost less: a noisy timing must
+    not make a deeper draft look free."""
+    seconds = _time_shapes(model, sequences, [(sequences, r) for r in _ROWS_PER_SEQUENCE],
+                           deadline, repeats)
+    return None if seconds is None else tuple(max(seconds[: i + 1])
+                                              for i in range(len(seconds)))
+
+
+def _time_shapes(model: LlamaModel, sequences: int, shapes: list[tuple[int, int]],
+                 deadline: float, repeats: int) -> tuple[float, ...] | None:
+    """The fastest of `repeats` timings of each (sequences, rows each) shape, after
+    `sequences` sequences got a prefix; None past `deadline`."""
+    batch = DecodeBatch(max(_PREFIX_TOKENS, max(r for _, r in shapes)) * sequences)
     prefix = [model.vocab.bos if model.vocab.bos >= 0 else 0] * _PREFIX_TOKENS
     for seq in range(sequences):
         model.seq_remove(seq)
         batch.add_span(prefix, 0, seq, logits_last=True)
     if batch.decode(model.ctx) != 0:
         return None
-    timings: dict[int, list[float]] = {rows: [] for rows in _ROWS_PER_SEQUENCE}
-    for repeat in range(_REPEATS + 1):  # the first round warms up, untimed
-        for rows in _ROWS_PER_SEQUENCE:  # interleaved, so a burst of noise hits all
+    timings: list[list[float]] = [[] for _ in shapes]
+    for repeat in range(repeats + 1):  # the first round warms up, untimed
+        for shape, (n_seqs, rows) in enumerate(shapes):  # interleaved: noise hits all
             batch.clear()
-            for seq in range(sequences):
+            for seq in range(n_seqs):
                 for i in range(rows):
                     batch.add(prefix[0], _PREFIX_TOKENS + i, seq, logits=True)
             start = time.thread_time()
             status = batch.decode(model.ctx)
             if repeat:
-                timings[rows].append(time.thread_time() - start)
-            for seq in range(sequences):
+                timings[shape].append(time.thread_time() - start)
+            for seq in range(n_seqs):
                 model.seq_remove(seq, _PREFIX_TOKENS)
             if status != 0 or time.monotonic() > deadline:
                 return None
-    seconds = tuple(min(timings[rows]) for rows in _ROWS_PER_SEQUENCE)
-    # More rows never cost less: a noisy timing must not make a deeper draft look free.
-    return tuple(max(seconds[: i + 1]) for i in range(len(seconds)))
+    return tuple(min(t) for t in timings)
