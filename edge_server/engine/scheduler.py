@@ -61,7 +61,8 @@ class SchedulerSettings:
     max_waiting: int = 64  # queued requests beyond the slots before 429
     max_wait_seconds: float = 120.0  # a request not admitted by then fails with 503
     # While other sequences are generating, a step evaluates at most this many prompt
-    # tokens, so a long prompt delays their next token by a fraction of a second only.
+    # tokens per waiting prompt, so a long prompt delays their next token by a fraction
+    # of a second only (on SmolLM2; a 1.5B model takes a second and a half).
     prefill_chunk_while_decoding: int = 128
     # Time decode steps on all cores and on one fewer, and use the faster (thread_tuner).
     adaptive_threads: bool = False
