@@ -20,7 +20,13 @@ from .context_size import bytes_per_cell, default_context
 from .cpu_probe import extra_buffers_safe
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 from .runtime import init_backend, log_buffer_sizes, recording_buffers
-from .zero_pages import RELEASES_PAGES, ReleasedPages, anonymous_mappings, release_zero_pages
+from .zero_pages import (
+    RELEASES_PAGES,
+    ReleasedPages,
+    anonymous_mappings,
+    discard_range,
+    release_zero_pages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +357,17 @@ class LlamaModel:
         stores their outputs next to each other, so this is one (count, vocab) view."""
         ptr = lc.llama_get_logits_ith(self.ctx, first_batch_index)
         return np.ctypeslib.as_array(ptr, shape=(count, self.vocab.n_tokens))
+
+    def discard_logits(self, rows: int) -> int:
+        """Gives back the pages of the first `rows` logits rows of the last decode (which
+        had at least that many outputs): llama.cpp keeps its output buffer at the largest
+        batch it saw, 1 MiB a row on a 262k vocabulary, and every decode writes the rows
+        it reads. Call between steps, on the engine thread. Returns the bytes given back."""
+        ptr = lc.llama_get_logits(self.ctx)
+        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        if not address or rows <= 0:
+            return 0
+        return discard_range(address, rows * self.vocab.n_tokens * ctypes.sizeof(ctypes.c_float))
 
     def close(self) -> None:
         if getattr(self, "rpc", ()) and rpc_guard.failure():

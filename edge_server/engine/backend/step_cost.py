@@ -164,6 +164,9 @@ def measure(model: LlamaModel) -> StepCost | None:
             model.seq_remove(seq)
     if one is None or several is None:
         return None
+    # The last decode had many x the deepest draft rows of logits: they would stay
+    # resident (72 MiB on Gemma 3's vocabulary) in a server that may never batch as much.
+    model.discard_logits(many * _ROWS_PER_SEQUENCE[-1])
     cost = StepCost(_ROWS_PER_SEQUENCE, one, several, many, widths)
     log.info("decode step cost measured in %.1f s: %s ms (1 sequence), %s ms (%d), for %s "
              "rows each; %s ms for 1..%d sequences of one row", time.monotonic() - started,

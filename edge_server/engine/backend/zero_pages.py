@@ -107,6 +107,21 @@ def _mincore(address: int, length: int) -> np.ndarray | None:
     return flags & 1 if libc.mincore(address, length, flags.ctypes.data) == 0 else None
 
 
+def discard_range(address: int, length: int) -> int:
+    """Gives back the whole pages inside [address, address + length) whatever they hold:
+    only for scratch memory that no other thread uses now and that is written before it
+    is next read. Returns the bytes given back."""
+    libc = _libc()
+    if libc is None or not RELEASES_PAGES:
+        return 0
+    page = mmap.PAGESIZE
+    start = -(-address // page) * page
+    end = (address + length) // page * page
+    if end <= start or libc.madvise(start, end - start, _MADV_DONTNEED) != 0:
+        return 0
+    return end - start
+
+
 def new_mappings(before: dict[int, int]) -> list[tuple[int, int]]:
     """(address, bytes) of anonymous memory mapped since `before` (an earlier
     anonymous_mappings()), in ranges worth a scan. The kernel merges a new mapping with
