@@ -85,9 +85,9 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
 def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int,
                     groups: DecodeGroups | None = None) -> StepBatch:
     """Fills `batch` for one step. Prompt chunks share what the batch has left in job
-    order (at most `prefill_while_decoding` tokens while sequences generate, so a long
-    prompt delays their next token by a fraction of a second only). Without drafts, the
-    generating sequences may take turns in groups (decode_groups.py)."""
+    order (while sequences generate, at most `prefill_while_decoding` tokens per waiting
+    prompt, so a long prompt delays their next token by one chunk a step). Without
+    drafts, the generating sequences may take turns in groups (decode_groups.py)."""
     batch.clear()
     tokens: list[tuple[int, Job, Choice]] = []
     for job in jobs:
