@@ -324,11 +324,11 @@ class Engine:
         # are only resident once a step used them: what the context's mappings hold
         # beyond the cache (their allocation where residency is not known).
         released = self.model.released_pages
-        kv_cache = max(0, buffers.get("kv_cache", 0) - released.bytes
-                       + released.resident_again())
+        again, in_mappings = released.residency()
+        kv_cache = max(0, buffers.get("kv_cache", 0) - released.bytes + again)
         compute = buffers.get("compute", 0)
-        if released.tracked:
-            compute = min(compute, max(0, released.resident_in_mappings() - kv_cache))
+        if released.mappings:
+            compute = min(compute, max(0, in_mappings - kv_cache))
         return {
             "weights": buffers.get("weights", 0),
             "kv_cache": kv_cache,

@@ -99,8 +99,9 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
     step = StepBatch()
     if groups is not None and generating and not any(c.drafts for _, _, c in tokens):
         turn = groups.pick(generating)
-        step.grouped = len(turn) < len(generating)
-        tokens = [t for t in tokens if t[2].first_from >= 0 or t[0] in turn]
+        if len(turn) < len(generating):
+            step.grouped = True
+            tokens = [t for t in tokens if t[2].first_from >= 0 or t[0] in turn]
     budget = batch.capacity - len(tokens) - sum(len(c.drafts) for _, _, c in tokens)
     if tokens:
         # A share per waiting prompt: one long prompt delays the generating sequences

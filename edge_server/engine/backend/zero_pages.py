@@ -54,36 +54,39 @@ def anonymous_mappings() -> dict[int, int]:
 
 
 class ReleasedPages:
-    """The runs of pages given back: how many of them are resident again (written since)
-    is what the memory account adds back. `mappings` are all the new mappings scanned
-    (the KV streams and the compute buffers), whose resident pages are what the context
-    holds now."""
+    """The runs of pages given back, and all the new mappings scanned (`mappings`: the
+    KV streams and the compute buffers; empty where residency cannot be known). How
+    many released pages are resident again (written since) is what the memory account
+    adds back to the KV cache; what the mappings hold beyond that is what steps used of
+    the compute buffers."""
 
     def __init__(self, runs: list[tuple[int, int]],
                  mappings: list[tuple[int, int]] | None = None) -> None:
-        self.runs = runs  # (address, bytes)
+        self.runs = runs  # (address, bytes), each inside one of the mappings
         self.bytes = sum(length for _, length in runs)
         self.mappings = mappings or []  # (address, bytes)
-        self.tracked = mappings is not None  # whether residency is known at all
 
     def resident_again(self) -> int:
         """Bytes of the released pages that are resident now (written since, or read:
         a read maps the shared zero page, which mincore counts too)."""
-        return _resident(self.runs)
+        return self.residency()[0]
 
-    def resident_in_mappings(self) -> int:
-        """Bytes resident now in the context's new mappings: its KV cache and compute
-        buffers, whose pages llama.cpp only touches as steps use them."""
-        return _resident(self.mappings)
-
-
-def _resident(ranges: list[tuple[int, int]]) -> int:
-    resident = 0
-    for start, length in ranges:
-        flags = _mincore(start, length)
-        if flags is not None:
-            resident += int(np.count_nonzero(flags)) * mmap.PAGESIZE
-    return resident
+    def residency(self) -> tuple[int, int]:
+        """(bytes of the released pages resident again, bytes resident in all the
+        mappings), from one mincore pass over the mappings: the runs lie inside them."""
+        page = mmap.PAGESIZE
+        again = total = 0
+        for start, length in self.mappings:
+            flags = _mincore(start, length)
+            if flags is None:
+                continue
+            total += int(np.count_nonzero(flags)) * page
+            for run_start, run_length in self.runs:
+                if start <= run_start < start + length:
+                    first = (run_start - start) // page
+                    again += int(np.count_nonzero(
+                        flags[first:first + run_length // page])) * page
+        return again, total
 
 
 @functools.cache
@@ -107,19 +110,22 @@ def _mincore(address: int, length: int) -> np.ndarray | None:
     return flags & 1 if libc.mincore(address, length, flags.ctypes.data) == 0 else None
 
 
+def _drop(address: int, length: int) -> bool:
+    """madvise(MADV_DONTNEED) of whole pages: they read back as zeros."""
+    libc = _libc()
+    return libc is not None and libc.madvise(address, length, _MADV_DONTNEED) == 0
+
+
 def discard_range(address: int, length: int) -> int:
     """Gives back the whole pages inside [address, address + length) whatever they hold:
     only for scratch memory that no other thread uses now and that is written before it
     is next read. Returns the bytes given back."""
-    libc = _libc()
-    if libc is None or not RELEASES_PAGES:
+    if not RELEASES_PAGES:
         return 0
     page = mmap.PAGESIZE
     start = -(-address // page) * page
     end = (address + length) // page * page
-    if end <= start or libc.madvise(start, end - start, _MADV_DONTNEED) != 0:
-        return 0
-    return end - start
+    return end - start if end > start and _drop(start, end - start) else 0
 
 
 def new_mappings(before: dict[int, int]) -> list[tuple[int, int]]:
@@ -143,8 +149,7 @@ def release_zero_pages(before: dict[int, int]) -> ReleasedPages:
     since `before` (an earlier anonymous_mappings())."""
     runs: list[tuple[int, int]] = []
     scanned: list[tuple[int, int]] = []
-    libc = _libc()
-    if libc is None:
+    if _libc() is None:
         return ReleasedPages(runs)
     page = mmap.PAGESIZE
     for start, size in new_mappings(before):
@@ -166,7 +171,7 @@ def release_zero_pages(before: dict[int, int]) -> ReleasedPages:
         edges = np.flatnonzero(np.diff(np.concatenate(([0], zero.view(np.int8), [0]))))
         for first, end in zip(edges[::2], edges[1::2], strict=True):
             address, length = start + int(first) * page, int(end - first) * page
-            if libc.madvise(address, length, _MADV_DONTNEED) == 0:
+            if _drop(address, length):
                 runs.append((address, length))
     released = ReleasedPages(runs, scanned)
     if released.bytes:

@@ -240,7 +240,7 @@ class Embedder:
         most its allocation (the allocation where residency is not known)."""
         if not self._pages.mappings:
             return self.bytes
-        return min(self.bytes, self._pages.resident_in_mappings())
+        return min(self.bytes, self._pages.residency()[1])
 
     def stats(self) -> dict[str, int]:
         return {**self.counts, "embedding_waiting": len(self._queue)}
