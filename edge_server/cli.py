@@ -241,7 +241,9 @@ def serve(opts: ServeOptions) -> int:
                 server.should_exit = True
                 return
             await asyncio.sleep(0.05)
-        log.info("serving %s on http://%s:%d", default_id, opts.host, opts.port)
+        loop_kind = type(asyncio.get_running_loop()).__module__.split(".")[0]
+        log.info("serving %s on http://%s:%d (event loop: %s)", default_id, opts.host,
+                 opts.port, loop_kind)
         notify("READY=1\nSTATUS=serving")
 
     async def run() -> None:
@@ -261,7 +263,12 @@ def serve(opts: ServeOptions) -> int:
     # A second SIGTERM goes to uvicorn, which re-raises it after its shutdown; this no-op
     # handler receives it, so a stop ends with exit status 0 as systemd expects.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    asyncio.run(run())
+    # uvicorn's own loop choice (uvloop where installed): serve() alone would run on
+    # asyncio's, whose cross-thread wake-up releases the GIL, and every streamed token
+    # then cost the engine thread a wait for the event loop's work (about 0.5 ms of a
+    # 30 ms step on a 1.5B model).
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(run())
     return exit_code
 
 
