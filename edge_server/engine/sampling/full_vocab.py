@@ -76,9 +76,8 @@ class FullVocabSampler:
         peak = float(logits.max())
         if not np.isfinite(peak):  # every token banned (or a broken row): argmax as greedy
             return int(np.argmax(logits))
-        inverse = 1.0 / self._temperature
-        np.multiply(logits, inverse, out=weights)
-        np.subtract(weights, peak * inverse, out=weights)
+        np.subtract(logits, peak, out=weights)
+        np.multiply(weights, 1.0 / self._temperature, out=weights)
         np.exp(weights, out=weights)
         return self._draw(self._rng.random())
 
