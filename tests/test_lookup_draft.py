@@ -223,21 +223,49 @@ def gpu_like(rows: int) -> float:
 
 def test_depth_weighs_kept_drafts_against_rows() -> None:
     loop = [[1, 2, 3, 4]]
-    assert choose_depth(loop, [(0.99, 0.99)], 4, step_cost) == 4
-    assert choose_depth(loop, [(0.1, 0.99)], 4, step_cost) == 0
+    assert choose_depth(loop, [(0.99, 0.99)], range(1, 5), step_cost) == 4
+    assert choose_depth(loop, [(0.1, 0.99)], range(1, 5), step_cost) == 0
     eight = loop * 8
     # Eight sequences on a CPU: rows cost nearly what tokens are worth.
-    assert choose_depth(eight, [(0.6, 0.6)] * 8, 4, step_cost) == 0
-    assert choose_depth(eight, [(0.6, 0.6)] * 8, 4, gpu_like) >= 2
-    assert choose_depth([[]] * 8, [(0.99, 0.99)] * 8, 4, gpu_like) == 0
+    assert choose_depth(eight, [(0.6, 0.6)] * 8, range(1, 5), step_cost) == 0
+    assert choose_depth(eight, [(0.6, 0.6)] * 8, range(1, 5), gpu_like) >= 2
+    assert choose_depth([[]] * 8, [(0.99, 0.99)] * 8, range(1, 5), gpu_like) == 0
+
+
+# One sequence of a Qwen2.5-1.5B-shaped Q4_K_M model on 2 AVX-512 cores, as the probe
+# times it: llama.cpp's kernel takes rows 16 at a time, so 16 rows cost little more than 8.
+_BLOCKED = StepCost((1, 2, 4, 8, 16), (0.036, 0.057, 0.091, 0.208, 0.241),
+                    (0.216, 0.256, 0.424, 0.757, 1.435), 8)
+
+
+def test_depths_are_the_timed_shapes_and_the_cap() -> None:
+    assert _BLOCKED.draft_depths(15) == [1, 3, 7, 15]
+    assert _BLOCKED.draft_depths(16) == [1, 3, 7, 15, 16]
+    assert _BLOCKED.draft_depths(5) == [1, 3, 5]  # --draft-max 5: its own depth too
+    assert _BLOCKED.draft_depths(0) == []
+    assert _FALLBACK.draft_depths(8) == list(range(1, 9))  # a straight line: any depth
+
+
+def test_near_verbatim_copying_fills_the_kernels_row_block() -> None:
+    """At 98% kept, 15 drafts (16 rows) expect about 13.9 tokens for 241 ms where 8 drafts
+    would expect 8.3 for a guessed 9-row time: the timed block wins. A run that is
+    often broken does not draft at all; one that looks up only a few tokens drafts only
+    as deep as it pays to pad them."""
+    cost = lambda rows: _BLOCKED.seconds(1, rows)  # noqa: E731
+    depths = _BLOCKED.draft_depths(15)
+    copying = [list(range(15))]
+    assert choose_depth(copying, [(0.98, 0.98)], depths, cost) == 15
+    assert choose_depth(copying, [(0.5, 0.5)], depths, cost) == 0
+    short = [list(range(3))]
+    assert choose_depth(short, [(0.98, 0.98)], depths, cost) == 3
 
 
 def test_a_copying_run_drafts_deeper_than_its_first_rate_alone_would() -> None:
     """A block copied from the prompt: the first guess after a miss is uncertain, the
     rest of the run is not. One rate for all positions would stop short."""
     long = [list(range(8))]
-    assert choose_depth(long, [(0.7, 0.7)], 8, step_cost) <= 2
-    assert choose_depth(long, [(0.7, 0.98)], 8, step_cost) == 8
+    assert choose_depth(long, [(0.7, 0.7)], range(1, 9), step_cost) <= 2
+    assert choose_depth(long, [(0.7, 0.98)], range(1, 9), step_cost) == 8
 
 
 def test_the_margin_grows_beyond_eight_sequences() -> None:
@@ -248,8 +276,8 @@ def test_the_margin_grows_beyond_eight_sequences() -> None:
     def each(n: int):  # n sequences, each step costing what one sequence's would
         return lambda rows: n * step_cost(rows // n)
 
-    assert choose_depth(per_row, [(0.45, 0.0)], 1, step_cost) == 1
-    assert choose_depth(per_row * 8, [(0.45, 0.0)] * 8, 1, each(8)) == 1
-    assert choose_depth(per_row * 16, [(0.45, 0.0)] * 16, 1, each(16)) == 0
+    assert choose_depth(per_row, [(0.45, 0.0)], range(1, 2), step_cost) == 1
+    assert choose_depth(per_row * 8, [(0.45, 0.0)] * 8, range(1, 2), each(8)) == 1
+    assert choose_depth(per_row * 16, [(0.45, 0.0)] * 16, range(1, 2), each(16)) == 0
     # Below the margin (a 10% gain expected) nothing is drafted, even for one sequence.
-    assert choose_depth(per_row, [(0.40, 0.0)], 1, step_cost) == 0
+    assert choose_depth(per_row, [(0.40, 0.0)], range(1, 2), step_cost) == 0

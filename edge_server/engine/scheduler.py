@@ -49,7 +49,8 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 # llama.cpp's grammar parser and sampler setup recurse in C on this thread: give it a
 # stack far deeper than any bounded grammar needs (virtual memory, touched on demand).
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
-DEFAULT_DRAFT_MAX = 8
+# 16 rows a sequence: the row block of llama.cpp's AVX-512 Q4_K kernel (step_cost.py).
+DEFAULT_DRAFT_MAX = 15
 _READY_TIMEOUT_S = 60.0  # start() waits this long at most for the engine thread
 # How long stopping waits for the engine thread to finish its step (a long prefill, an
 # image encode) and exit.

@@ -75,7 +75,8 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         # Drafts past the choice's last token could only be thrown away.
         proposals.append(proposal[: max(job.request.max_tokens - choice.generated - 1, 0)])
     n = len(generating)
-    depth = choose_depth(proposals, rates, most, lambda rows: cost.seconds(n, rows))
+    depth = choose_depth(proposals, rates, cost.draft_depths(most),
+                         lambda rows: cost.seconds(n, rows))
     for (_, choice), draft in zip(generating, proposals, strict=True):
         # A row past a short lookup is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token

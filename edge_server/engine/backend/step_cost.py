@@ -5,8 +5,12 @@ grows with its rows, which differs between CPUs (a fixed share of a step on one 
 box is a small one on a wider CPU), builds and models. It is not a straight line: on a
 2-core AVX-512 box one SmolLM2 sequence took 6.0 ms for 1 row, 12.1 ms for 2 (llama.cpp
 leaves its one-row kernels), 14.5 for 3, 21.2 for 5 and 29.4 for 9, so a single draft
-never pays there and four or eight do. So the engine times steps of 1 and of several
-sequences with 1, 2, 3, 5 and 9 rows each (the fastest of four timings per shape, in CPU
+never pays there and four or eight do. Nor does it rise steadily: llama.cpp's AVX-512
+kernel for repacked Q4_K weights takes rows 16 at a time, then in fours, then singly, so
+one sequence of a Qwen2.5-1.5B-shaped model took 208 ms for 8 rows, 226 for 9, 298 for
+15 and 241 for 16. So the engine times steps of 1 and of several sequences with 1, 2, 4,
+8 and 16 rows each (depths 0, 1, 3, 7 and 15, which fill those blocks; drafts are only
+ever that deep, see draft_depths), the fastest of four timings per shape, in CPU
 time of the engine thread: other processes only add time, and their time slices are not
 counted) and keeps the table in a small JSON file next to the saved prompt caches, keyed
 by the model file, the llama.cpp build, the CPU and the thread count. Between the rows
@@ -34,7 +38,7 @@ from .llama_model import LlamaModel
 log = logging.getLogger(__name__)
 
 _PREFIX_TOKENS = 32  # context each timed sequence already holds
-_ROWS_PER_SEQUENCE = (1, 2, 3, 5, 9)  # a step without drafts, and with 1, 2, 4 and 8
+_ROWS_PER_SEQUENCE = (1, 2, 4, 8, 16)  # a step without drafts, and with 1, 3, 7 and 15
 _REPEATS = 4  # timings of each shape; the fastest is kept (noise only adds time)
 # Where one row takes longer than this, two timings a shape: noise is a smaller share of
 # a long step, and four would not fit the budget on a 1.5B model.
@@ -44,8 +48,9 @@ _BUDGET_SECONDS = 20.0  # a machine too busy to finish by then does not draft th
 # times SmolLM2's), up to this: the model is not served while it is timed.
 _MAX_BUDGET_SECONDS = 50.0
 _MANY = 8  # the "several sequences" point, or fewer where the model has fewer slots
-# Of the stored file: 1 held a straight line, which misled (see above); 2 had no widths.
-_FORMAT = 3
+# Of the stored file: 1 held a straight line, which misled (see above); 2 had no widths;
+# 3 timed 1, 2, 3, 5 and 9 rows (9 rows cost 16 rows' time on a 1.5B model, for less).
+_FORMAT = 4
 
 
 def _interpolate(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -88,11 +93,20 @@ class StepCost:
         share = (sequences - 1) / (self.many - 1)
         return at_one + max(share, 0.0) * (at_many - at_one)
 
+    def draft_depths(self, most: int) -> list[int]:
+        """The depths a step may draft, up to `most`: those whose rows were timed (between
+        them a step's time is a guess, and the kernels' row blocks make it a poor one:
+        15 rows of one sequence cost more than 16), and `most` itself where a lower cap
+        (--draft-max, the batch, the context) stops short of the next one."""
+        timed = [rows - 1 for rows in self.rows_per_sequence if 1 <= rows - 1 < most]
+        return [*timed, most] if most >= 1 else []
+
     @classmethod
     def fixed_model(cls, step_cost_in_rows: float) -> StepCost:
-        """A step costing `step_cost_in_rows` rows' worth plus its rows, in units of a row."""
-        c, many = step_cost_in_rows, _MANY
-        return cls((1, 2), (c + 1, c + 2), (c + many, c + 2 * many), many)
+        """A step costing `step_cost_in_rows` rows' worth plus its rows, in units of a row
+        (a straight line: every depth up to 16 rows a sequence is one of its points)."""
+        c, many, rows = step_cost_in_rows, _MANY, tuple(range(1, 17))
+        return cls(rows, tuple(c + r for r in rows), tuple(c + many * r for r in rows), many)
 
 
 def cpu_identity() -> str:

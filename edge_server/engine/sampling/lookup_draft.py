@@ -15,8 +15,9 @@ two rates of its lookups: how often the first looked-up token is the one sampled
 (observed on every token, drafted or not), and how often a further one is, given the one
 before it was (observed on kept drafts). Copying comes in runs (an edited block is copied
 verbatim between the edits), so once a lookup's first token is right the rest mostly
-is: one rate for every position would draft too shallow there. The step picks the depth
-with the most tokens expected per unit of decode time.
+is: one rate for every position would draft too shallow there. The step picks, of the
+depths whose steps were timed (1, 3, 7 and 15 on the CPU: 16 rows fill one block of
+llama.cpp's Q4_K kernel), the one with the most tokens expected per unit of decode time.
 
 The cost of a step is measured once per model, llama.cpp build and CPU and then read
 from disk (backend/step_cost.py), not timed as steps run: the depth shapes the batch,
@@ -74,25 +75,27 @@ def draft_margin(sequences: int) -> float:
     return DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQUENCE * max(sequences - MARGIN_FLAT_UP_TO, 0)
 
 
-def choose_depth(proposals: list[list[int]], rates: list[tuple[float, float]], most: int,
-                 cost: Callable[[int], float]) -> int:
-    """Draft depth (0..most) for a step whose sequences proposed these lookups: the one
-    expecting the most tokens per unit of decode time, `cost(rows)` being a step's, if
-    that beats no drafts by draft_margin. `rates` holds each sequence's (first, run)
-    rates: its first draft is kept with probability `first`, each further one with
-    probability `run` once the one before it was, if its lookup reached that far and
-    its first rate is counted on."""
+def choose_depth(proposals: list[list[int]], rates: list[tuple[float, float]],
+                 depths: Sequence[int], cost: Callable[[int], float]) -> int:
+    """Draft depth for a step whose sequences proposed these lookups: of `depths`
+    (ascending, StepCost.draft_depths), the one expecting the most tokens per unit of
+    decode time, `cost(rows)` being a step's, if that beats no drafts by draft_margin;
+    else 0. `rates` holds each sequence's (first, run) rates: its first draft is kept
+    with probability `first`, each further one with probability `run` once the one
+    before it was, if its lookup reached that far and its first rate is counted on."""
     n = len(proposals)
     undrafted = n / cost(n)
     best_depth, best_rate = 0, undrafted * draft_margin(n)
     expected = float(n)
     kept = [first if first >= MIN_HIT_RATE else 0.0 for first, _ in rates]
-    for depth in range(1, most + 1):
+    candidates = set(depths)
+    for depth in range(1, max(depths, default=0) + 1):
         expected += sum(p for draft, p in zip(proposals, kept, strict=True)
                         if len(draft) >= depth)
-        rate = expected / cost(n * (1 + depth))
-        if rate > best_rate:
-            best_depth, best_rate = depth, rate
+        if depth in candidates:
+            rate = expected / cost(n * (1 + depth))
+            if rate > best_rate:
+                best_depth, best_rate = depth, rate
         kept = [p * run for p, (_, run) in zip(kept, rates, strict=True)]
     return best_depth
 
