@@ -5,7 +5,10 @@ The order matters for speed. With a KV stream per sequence, llama.cpp splits a b
 into ubatches that hold only consecutive, increasing sequence ids (llama_batch_allocr::
 split_equal, sequential), one graph run each: the same 8 sequences added as 4,5,6,7,0,1,
 2,3 took two runs per step, 15% longer than in order (measured here, SmolLM2, 8 x 64
-steps: 3.74 s against 3.25 s).
+steps: 3.74 s against 3.25 s). Where prompt chunks share a step with one-row tokens,
+ascending order makes the first ubatch take one row of every sequence, chunks included,
+and the chunks' other rows a second; the chunks then go first instead, as one large run,
+whenever that leaves fewer or smaller runs (backend/ubatch_split.py).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .backend.batch import DecodeBatch
 from .backend.step_cost import StepCost
+from .backend.ubatch_split import small_rows, ubatch_shapes
 from .decode_groups import DecodeGroups
 from .image_prefill import text_end
 from .jobs import Choice, Job
@@ -120,8 +124,7 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
             if end > job.prefill_at:  # else an image comes first (image_prefill)
                 budget -= end - job.prefill_at
                 chunks.append((job.slot.seq_id, job, end))
-    order = sorted([(seq, 0, i) for i, (seq, _, _) in enumerate(tokens)]
-                   + [(seq, 1, i) for i, (seq, _, _) in enumerate(chunks)])
+    order = _row_order(tokens, chunks, batch.capacity)
     for seq, kind, i in order:
         if kind == 1:
             _, job, end = chunks[i]
@@ -137,3 +140,26 @@ def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding:
                 batch.add(token, choice.position + i, seq, logits=True)
             step.decoding.append((job, choice))
     return step
+
+
+def _row_order(tokens: list[tuple[int, Job, Choice]], chunks: list[tuple[int, Job, int]],
+               n_ubatch: int) -> list[tuple[int, int, int]]:
+    """(sequence, 0 for a token or 1 for a chunk, index) in batch order: ascending
+    sequence ids, or the chunks first where llama.cpp then cuts fewer or smaller graph
+    runs (a burst's prompts beside the first request's first token: 7 chunks as one run
+    of 7 x 52 rows, not one row each in a run of 8 and then 7 x 51)."""
+    token_rows = [(seq, 0, i) for i, (seq, _, _) in enumerate(tokens)]
+    chunk_rows = [(seq, 1, i) for i, (seq, _, _) in enumerate(chunks)]
+    ascending = sorted(token_rows + chunk_rows)
+    if not token_rows or not chunk_rows:
+        return ascending
+    chunks_first = sorted(chunk_rows) + sorted(token_rows)
+
+    def cost(order: list[tuple[int, int, int]]) -> tuple[int, int]:
+        runs = [(seq, chunks[i][2] - chunks[i][1].prefill_at if kind else
+                 1 + (len(tokens[i][2].drafts) if tokens[i][2].first_from < 0 else 0))
+                for seq, kind, i in order]
+        shapes = ubatch_shapes(runs, n_ubatch)
+        return len(shapes), small_rows(shapes)
+
+    return chunks_first if cost(chunks_first) < cost(ascending) else ascending
