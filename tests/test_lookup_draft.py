@@ -251,7 +251,9 @@ def test_near_verbatim_copying_fills_the_kernels_row_block() -> None:
     would expect 8.3 for a guessed 9-row time: the timed block wins. A run that is
     often broken does not draft at all; one that looks up only a few tokens drafts only
     as deep as it pays to pad them."""
-    cost = lambda rows: _BLOCKED.seconds(1, rows)  # noqa: E731
+    def cost(rows: int) -> float:
+        return _BLOCKED.seconds(1, rows)
+
     depths = _BLOCKED.draft_depths(15)
     copying = [list(range(15))]
     assert choose_depth(copying, [(0.98, 0.98)], depths, cost) == 15

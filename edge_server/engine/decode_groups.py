@@ -63,7 +63,7 @@ class DecodeGroups:
     def pick(self, seq_ids: list[int]) -> set[int]:
         """The sequences (of those generating, given in ascending order) this step
         decodes: the next group of their split, in turn. Groups are runs of adjacent
-        sequence ids, which llama.cpp runs as one graph (step_batch.py)."""
+        sequence ids, which llama.cpp runs as one graph (backend/ubatch_split.py)."""
         sizes = self.sizes(len(seq_ids))
         if len(sizes) == 1:
             return set(seq_ids)

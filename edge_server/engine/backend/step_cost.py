@@ -49,7 +49,7 @@ _BUDGET_SECONDS = 20.0  # a machine too busy to finish by then does not draft th
 _MAX_BUDGET_SECONDS = 50.0
 _MANY = 8  # the "several sequences" point, or fewer where the model has fewer slots
 # Of the stored file: 1 held a straight line, which misled (see above); 2 had no widths;
-# 3 timed 1, 2, 3, 5 and 9 rows (9 rows cost 16 rows' time on a 1.5B model, for less).
+# 3 timed 1, 2, 3, 5 and 9 rows (9 rows cost nearly 16 rows' time on a 1.5B model).
 _FORMAT = 4
 
 
