@@ -47,7 +47,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
     from .engine.backend.rpc_devices import parse_endpoints
     from .engine.multimodal.projector import ImageLimits
-    from .model_pool import memory_budget_bytes
+    from .model_budget import memory_budget_bytes
     from .model_spec import ModelSpec
 
     rpc = parse_endpoints(opts.rpc)

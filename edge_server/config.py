@@ -65,9 +65,9 @@ class ServeOptions:
                                  "before it starts, and stops when the disk fills during it")
     ctx_size: int = _opt(0, "tokens one request may use, prompt plus completion (Ollama's "
                          "num_ctx), at most the model's training context; each slot has a "
-                         "KV stream of that many cells, its memory taken as cells are "
-                         "written (default: the training context, as far as half of "
-                         "--memory-budget-mb holds --parallel full streams)")
+                         "KV stream of that many cells, resident from load (default: the "
+                         "training context, as far as a 32nd of --memory-budget-mb holds "
+                         "--parallel streams; at least 2,048)")
     threads: int = _opt(0, "CPU threads (default: all cores)")
     adaptive_threads: str = _opt("off", "on: time decode steps on all --threads and on one "
                                  "fewer, and use the faster per batch size (for machines busy "
@@ -143,10 +143,11 @@ class ServeOptions:
                                     "the least recently used go first (0: store none)")
     keep_alive: float = _opt(300.0, "seconds a model stays loaded unused (-1: forever); the "
                              "default model is loaded again on its next request")
-    memory_budget_mb: int = _opt(0, "memory for loaded models, weights plus KV cache; the "
-                                 "least recently used idle model is unloaded to make room; the "
-                                 "KV streams of a model's default context, all full, take at "
-                                 "most half of it (default: 75% of RAM)")
+    memory_budget_mb: int = _opt(0, "memory for loaded models: weights, KV streams and "
+                                 "compute buffers as llama.cpp allocates them; least recently "
+                                 "used idle models are unloaded to make room, and a model that "
+                                 "cannot fit is refused; the KV streams of a model's default "
+                                 "context take at most a 32nd of it (default: 75% of RAM)")
     api_key: list[str] = _opt([], "accepted API key (repeatable); requests then need "
                               "`Authorization: Bearer KEY`", action="append")
     api_key_file: Path | None = _opt(None, "file with one accepted API key per line")

@@ -1,6 +1,9 @@
 """The models one server serves: loaded on first use within a memory budget, unloaded
 after an idle time (like Ollama's keep_alive) or, least recently used first, to make room.
 
+What each model is charged is model_budget.py's; a load that cannot fit, even with every
+idle model unloaded, is refused rather than overcommitted.
+
 A request holds a lease on its model's engine from the moment it is routed until its
 response is finished, so a model is never unloaded under a request.
 """
@@ -10,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from .engine import Engine
 from .engine.scheduler import JobStats
+from .model_budget import Budget
 from .model_spec import ModelSpec, UnknownModel, with_default
 from .model_store import is_name_pattern
 
@@ -55,7 +58,6 @@ class _LoadFailure:
 @dataclass
 class _Loaded:
     engine: Engine
-    bytes: int
     load_seconds: float
     leases: int = 0
     last_used: float = field(default_factory=time.monotonic)
@@ -71,18 +73,6 @@ def _public_reason(exc: Exception) -> str:
         return text if text.startswith("multimodal projector") else (
             "the model file could not be loaded")
     return "see the server log"
-
-
-def physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
-
-
-def memory_budget_bytes(configured: int) -> int:
-    """The memory for loaded models: `configured` bytes, else 75% of RAM."""
-    return configured if configured > 0 else int(physical_memory() * 0.75)
 
 
 class Lease:
@@ -120,7 +110,8 @@ class ModelPool:
                     continue  # matched by resolve(), never a name of its own
                 if self._by_name.setdefault(name, spec) is not spec:
                     raise ValueError(f"model name `{name}` is used twice")
-        self.memory_budget = memory_budget_bytes(memory_budget)
+        self._budget = Budget(memory_budget)
+        self.memory_budget = self._budget.total
         self.keep_alive = keep_alive
         self._on_job_done = on_job_done
         self._loaded: dict[str, _Loaded] = {}
@@ -130,6 +121,7 @@ class ModelPool:
         self.load_seconds: dict[str, float] = {}
         self.runtime_names: set[str] = set()  # aliases added while serving (add_name)
         self._unloading: set[asyncio.Task[bool]] = set()
+        self._reserved = self._budget.reserved  # held by models being loaded or freed
 
     # --- lookup and leases -------------------------------------------------------------
 
@@ -294,8 +286,9 @@ class ModelPool:
         return None if loaded is None else loaded.engine
 
     def loaded_bytes(self, model_id: str) -> int:
+        """What the loaded model is charged in the budget (0: not loaded)."""
         loaded = self._loaded.get(model_id)
-        return 0 if loaded is None else loaded.bytes + loaded.engine.embedding_bytes
+        return 0 if loaded is None else loaded.engine.held_bytes()
 
     async def unload_when_idle(self, model_id: str, wait: float = 2.0) -> bool:
         """Unloads the model once no request uses it, waiting up to `wait` seconds for
@@ -327,15 +320,19 @@ class ModelPool:
                 f"model `{spec.id}` failed to load ({failure.message}); next try in {wait}s",
                 retry_after=wait,
             )
-        need = spec.estimated_bytes()
-        await self._make_room(need, spec.id)
-        started = time.monotonic()
         loop = asyncio.get_running_loop()
+        need = self._budget.remembered(spec)
+        if need is None:  # reads the file's header: off the event loop
+            need = await loop.run_in_executor(None, spec.estimated_bytes)
+        await self._make_room(need, spec.id)
+        self._reserved[spec.id] = need  # no await since the check: nothing came between
+        started = time.monotonic()
         try:
             engine = await loop.run_in_executor(
                 None, lambda: Engine(spec.id, spec.path, spec.settings)  # type: ignore[arg-type]
             )
         except Exception as exc:
+            self._reserved.pop(spec.id, None)
             self.load_errors[spec.id] = str(exc)
             count = failure.count + 1 if failure is not None else 1
             delay = min(_LOAD_BACKOFF_FIRST_S * 2 ** (count - 1), _LOAD_BACKOFF_MAX_S)
@@ -348,6 +345,17 @@ class ModelPool:
                 f"model `{spec.id}` failed to load ({_public_reason(exc)})",
                 retry_after=int(delay),
             ) from exc
+        held = engine.held_bytes()
+        self._budget.remember(spec, held)
+        if held > need:  # more than estimated: room for the rest (its estimate still
+            try:         # held meanwhile), or no model at all
+                self._refuse_if_too_big(held, spec.id)
+                await self._make_room(held - need, spec.id)
+            except ModelUnavailable:
+                await loop.run_in_executor(None, engine.close)
+                self._reserved.pop(spec.id, None)
+                raise
+        self._reserved.pop(spec.id, None)  # in _loaded below, with no await between
         self.load_errors.pop(spec.id, None)
         self._failures.pop(spec.id, None)
         if self._on_job_done is not None:
@@ -355,17 +363,23 @@ class ModelPool:
             engine.scheduler.on_job_done = lambda stats, mid=spec.id: callback(mid, stats)
         elapsed = time.monotonic() - started
         self.load_seconds[spec.id] = elapsed
-        loaded = _Loaded(engine, need, elapsed)
+        loaded = _Loaded(engine, elapsed)
         self._loaded[spec.id] = loaded
-        log.info("model %s loaded in %.2fs", spec.id, elapsed)
+        log.info("model %s loaded in %.2fs, holding %d MiB (%d MiB of the %d MiB budget "
+                 "in use)", spec.id, elapsed, held >> 20, self._used_bytes() >> 20,
+                 self.memory_budget >> 20)
         return loaded
 
     def _in_use(self, loaded: _Loaded) -> bool:
         return loaded.leases > 0 or not loaded.engine.scheduler.idle
 
     async def _make_room(self, need: int, for_id: str) -> None:
+        """Unloads idle models, least recently used first, until `need` more bytes fit
+        the budget; ModelUnavailable where they cannot."""
+        self._refuse_if_too_big(need, for_id)
         while self._used_bytes() + need > self.memory_budget:
-            idle = [(mid, x) for mid, x in self._loaded.items() if not self._in_use(x)]
+            idle = [(mid, x) for mid, x in self._loaded.items()
+                    if mid != for_id and not self._in_use(x)]
             if not idle:
                 raise ModelUnavailable(
                     f"not enough memory budget to load `{for_id}` while the other models "
@@ -374,14 +388,22 @@ class ModelPool:
             log.info("unloading %s to make room for %s", victim, for_id)
             await self._unload(victim)
 
+    def _refuse_if_too_big(self, need: int, for_id: str) -> None:
+        reason = self._budget.too_big(need, for_id)
+        if reason is not None:
+            raise ModelUnavailable(reason, retry_after=60)
+
     def _used_bytes(self) -> int:
-        # An embedding context, made by the model's first embeddings request, counts too.
-        return sum(x.bytes + x.engine.embedding_bytes for x in self._loaded.values())
+        """What loaded models hold (embedding contexts made since included), and what
+        models being loaded or freed are holding the budget for."""
+        return (sum(x.engine.held_bytes() for x in self._loaded.values())
+                + sum(self._reserved.values()))
 
     async def _unload(self, model_id: str) -> None:
         loaded = self._loaded.pop(model_id, None)
         if loaded is not None:
-            await asyncio.get_running_loop().run_in_executor(None, loaded.engine.close)
+            with self._budget.holding(f"{model_id}\0freeing", loaded.engine.held_bytes()):
+                await asyncio.get_running_loop().run_in_executor(None, loaded.engine.close)
 
     async def preload(self, name: str) -> None:
         lease = await self.acquire(name)

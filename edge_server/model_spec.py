@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .default_model import DEFAULT_ALIAS
 from .engine import EngineSettings
+from .engine.backend.load_estimate import estimated_bytes
 from .engine.multimodal.projector_check import projector_modalities
 from .model_store import is_name_pattern
 
@@ -52,10 +53,16 @@ class ModelSpec:
         return ("text", *_projector_modalities(mmproj))
 
     def estimated_bytes(self) -> int:
-        """Weights plus a margin for the KV cache and buffers, before loading."""
-        if self.path is None or not self.path.is_file():
-            return 0
-        return int(self.path.stat().st_size * 1.25) + 64 * 1024 * 1024
+        """What the model will hold once loaded (weights, KV streams, compute buffers,
+        projector), from its file's header: blocking, call it off the event loop."""
+        try:
+            if self.path is None or not self.path.is_file():
+                return 0
+            mmproj = self.settings.mmproj
+            projector = mmproj.stat().st_size if mmproj is not None and mmproj.is_file() else 0
+            return estimated_bytes(self.path, self.settings.context) + projector
+        except OSError:
+            return 0  # gone since: the load says why
 
 
 @functools.lru_cache(maxsize=64)

@@ -316,28 +316,28 @@ class Engine:
         return embedder.plan.bytes if embedder is not None else 0
 
     def memory(self) -> dict[str, int]:
-        """Bytes this model holds, by part: the engine's share of the memory account."""
+        """Bytes this model holds, by part: the engine's share of the memory account.
+        Weights, KV cache and compute buffers are what llama.cpp allocated; the KV cache
+        is resident whole from load (llama.cpp clears it), the compute buffers as steps
+        touch them."""
         buffers = self.model.buffer_bytes
         embedder, projector = self._embedder, self.projector
-        # The KV streams' pages given back at load come back as cells are written: the
-        # cache holds what was never given back plus those. The compute buffers' pages
-        # are only resident once a step used them: what the context's mappings hold
-        # beyond the cache (their allocation where residency is not known).
-        released = self.model.released_pages
-        again, in_mappings = released.residency()
-        kv_cache = max(0, buffers.get("kv_cache", 0) - released.bytes + again)
-        compute = buffers.get("compute", 0)
-        if released.mappings:
-            compute = min(compute, max(0, in_mappings - kv_cache))
         return {
             "weights": buffers.get("weights", 0),
-            "kv_cache": kv_cache,
-            "compute_buffers": compute,
+            "weights_mapped": buffers.get("weights_mapped", 0),
+            "kv_cache": buffers.get("kv_cache", 0),
+            "compute_buffers": buffers.get("compute", 0),
             "prompt_store": self.scheduler.kv.store.used_bytes,
-            "embedding_context": embedder.resident_bytes() if embedder is not None else 0,
+            "embedding_context": embedder.bytes if embedder is not None else 0,
             "projector": self._projector_bytes,
             "image_cache": projector.cached_bytes if projector is not None else 0,
         }
+
+    def held_bytes(self) -> int:
+        """What the model pool charges this model in its memory budget: its weights, KV
+        cache, compute buffers and projector as allocated, and its embedding context
+        once made."""
+        return self.model.held_bytes() + self._projector_bytes + self.embedding_bytes
 
     def stats(self) -> dict[str, int]:
         embedder = self._embedder

@@ -65,6 +65,10 @@ class DecodeBatch:
         self.size = end
         return end - 1
 
+    def output_rows(self) -> int:
+        """Rows that ask for logits."""
+        return int(np.count_nonzero(self.want_logits[:self.size]))
+
     def decode(self, ctx: lc.llama_context_p) -> int:
         """Run llama_decode over the batch: 0 ok, 1 no room in the KV cache, <0 error."""
         self.struct.n_tokens = self.size

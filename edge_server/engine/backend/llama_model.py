@@ -16,17 +16,11 @@ import llama_cpp as lc
 import numpy as np
 
 from . import rpc_guard
-from .context_size import bytes_per_cell, default_context
+from .batch import DecodeBatch
+from .context_size import bytes_per_cell, request_context
 from .cpu_probe import extra_buffers_safe
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 from .runtime import init_backend, log_buffer_sizes, recording_buffers
-from .zero_pages import (
-    RELEASES_PAGES,
-    ReleasedPages,
-    anonymous_mappings,
-    discard_range,
-    release_zero_pages,
-)
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +170,7 @@ class Vocab:
 class LlamaModel:
     """A GGUF file loaded with one context; each sequence has a KV stream of its own of
     the context one request may use, so decoding a token attends over its own sequence
-    only, however many are busy. A stream's memory is taken as its cells are written."""
+    only, however many are busy. Every stream is resident from load, used or not."""
 
     def __init__(self, path: Path, settings: ContextSettings) -> None:
         init_backend()
@@ -207,13 +201,12 @@ class LlamaModel:
         self.metadata = self._read_metadata()
 
         n_seq = max(1, min(settings.n_seq_max, lc.llama_max_parallel_sequences()))
-        # Past the trained context a model's positions mean nothing it learned: capped.
-        n_ctx = min(settings.n_ctx, self.n_ctx_train or settings.n_ctx) or default_context(
-            self.n_ctx_train,
+        n_ctx = request_context(
+            settings.n_ctx, self.n_ctx_train,
             bytes_per_cell(model, self.metadata, settings.cache_type_k, settings.cache_type_v)
             if settings.cache_type_k in KV_CACHE_TYPES and settings.cache_type_v in KV_CACHE_TYPES
             else 1,
-            settings.kv_budget_bytes, n_seq, lazy=RELEASES_PAGES)
+            settings.kv_budget_bytes, n_seq)
         threads = settings.n_threads or default_threads()
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx * n_seq  # llama.cpp gives each stream n_ctx / n_seq_max
@@ -225,8 +218,9 @@ class LlamaModel:
         # A stream per sequence, not llama-server's one unified buffer: with that, every
         # token attends over all sequences' cells (masked out, but computed), and the
         # CPU attention kernels' rounding follows where a sequence's cells happen to lie,
-        # so the same seeded request gave other text from one run to the next. The
-        # streams' untouched cells are given back to the OS below (zero_pages.py).
+        # so the same seeded request gave other text from one run to the next. llama.cpp
+        # clears every stream as it makes them: all are resident from here on, which is
+        # why the default context is sized to a share of the budget (context_size.py).
         cparams.kv_unified = False
         try:
             cparams.flash_attn_type = kv_flash_attn(settings)
@@ -237,12 +231,10 @@ class LlamaModel:
         cparams.type_k = KV_CACHE_TYPES[settings.cache_type_k]
         cparams.type_v = KV_CACHE_TYPES[settings.cache_type_v]
         cparams.no_perf = True
-        mappings = anonymous_mappings()
         with recording_buffers() as context_buffers:
             ctx = lc.llama_init_from_model(model, cparams)
-        # Before any decode, so no other thread writes to these pages.
-        self.released_pages = release_zero_pages(mappings) if ctx else ReleasedPages([])
-        # Bytes of weights, KV cache and compute buffers, as llama.cpp allocated them.
+        # Bytes of weights (of which the mapped file), KV cache and compute buffers, as
+        # llama.cpp allocated them: the memory account and the model pool's budget.
         self.buffer_bytes: dict[str, int] = {**buffers, **context_buffers}
         if not ctx:
             rpc_guard.unwatch(settings.rpc)
@@ -257,6 +249,9 @@ class LlamaModel:
         self.n_embd: int = lc.llama_model_n_embd_inp(model)  # width of input embeddings
         self.n_seq_max: int = lc.llama_n_seq_max(ctx)
         self.n_ctx_seq: int = lc.llama_n_ctx_seq(ctx)  # cells of one sequence's stream
+        # llama.cpp's output buffer holds this many rows of logits (at least one a
+        # sequence); it grows with the most one decode asks for, and stays (decode).
+        self._output_rows = self.n_seq_max
         # What saved sequence states depend on besides the model file.
         self.kv_layout = f"{cparams.type_k}/{cparams.type_v}/{cparams.flash_attn_type}"
         self.cache_types = (settings.cache_type_k, settings.cache_type_v)
@@ -347,6 +342,22 @@ class LlamaModel:
         lc.llama_memory_seq_rm(self.memory, seq_id, length, -1)
         return True
 
+    def decode(self, batch: DecodeBatch) -> int:
+        """llama_decode of the batch: 0 ok, 1 no room in the KV cache, <0 error. A batch
+        asking for more rows of logits than any before grows llama.cpp's output buffer
+        (a vocabulary of floats a row): counted with the compute buffers."""
+        rows = batch.output_rows()
+        if rows > self._output_rows:
+            grown = (rows - self._output_rows) * self.vocab.n_tokens * ctypes.sizeof(
+                ctypes.c_float)
+            self.buffer_bytes["compute"] = self.buffer_bytes.get("compute", 0) + grown
+            self._output_rows = rows
+        return batch.decode(self.ctx)
+
+    def held_bytes(self) -> int:
+        """Weights, KV cache and compute buffers, as llama.cpp allocated them."""
+        return sum(self.buffer_bytes.get(k, 0) for k in ("weights", "kv_cache", "compute"))
+
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output row of the last decode, as a numpy view (no copy)."""
         ptr = lc.llama_get_logits_ith(self.ctx, batch_index)
@@ -357,17 +368,6 @@ class LlamaModel:
         stores their outputs next to each other, so this is one (count, vocab) view."""
         ptr = lc.llama_get_logits_ith(self.ctx, first_batch_index)
         return np.ctypeslib.as_array(ptr, shape=(count, self.vocab.n_tokens))
-
-    def discard_logits(self, rows: int) -> int:
-        """Gives back the pages of the first `rows` logits rows of the last decode (which
-        had at least that many outputs): llama.cpp keeps its output buffer at the largest
-        batch it saw, 1 MiB a row on a 262k vocabulary, and every decode writes the rows
-        it reads. Call between steps, on the engine thread. Returns the bytes given back."""
-        ptr = lc.llama_get_logits(self.ctx)
-        address = ctypes.cast(ptr, ctypes.c_void_p).value
-        if not address or rows <= 0:
-            return 0
-        return discard_range(address, rows * self.vocab.n_tokens * ctypes.sizeof(ctypes.c_float))
 
     def close(self) -> None:
         if getattr(self, "rpc", ()) and rpc_guard.failure():

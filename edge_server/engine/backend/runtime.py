@@ -19,8 +19,10 @@ _LEVEL_INFO, _LEVEL_WARN, _LEVEL_ERROR = 2, 3, 4  # ggml_log_level
 # a line per device in our log ("RPC0 model buffer size = ... MiB").
 _log_buffer_sizes = False
 # "llama_kv_cache: CPU KV buffer size = 384.00 MiB": what each buffer llama.cpp allocates
-# holds, read from its log on the thread that loads (see recording_buffers).
-_BUFFER_LINE = re.compile(rb"\b(model|KV|RS|compute|output) buffer size\s*=\s*([0-9.]+) MiB")
+# holds, read from its log on the thread that loads (see recording_buffers). A weights
+# buffer named "..._Mapped" is the model file memory-mapped, not a copy.
+_BUFFER_LINE = re.compile(
+    rb"(\S+)\s+(model|KV|RS|compute|output) buffer size\s*=\s*([0-9.]+) MiB")
 _BUFFER_KIND = {b"model": "weights", b"KV": "kv_cache", b"RS": "kv_cache",
                 b"compute": "compute", b"output": "compute"}
 _recorder = threading.local()
@@ -37,8 +39,11 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         sizes = getattr(_recorder, "sizes", None)
         found = _BUFFER_LINE.search(text)
         if sizes is not None and found:
-            kind = _BUFFER_KIND[found.group(1)]
-            sizes[kind] = sizes.get(kind, 0) + int(float(found.group(2)) * 2**20)
+            name, kind = found.group(1), _BUFFER_KIND[found.group(2)]
+            size = int(float(found.group(3)) * 2**20)
+            sizes[kind] = sizes.get(kind, 0) + size
+            if kind == "weights" and name.endswith(b"_Mapped"):
+                sizes["weights_mapped"] = sizes.get("weights_mapped", 0) + size
         if _log_buffer_sizes:
             _llama_log.info(" ".join(text.decode("utf-8", errors="replace").split()))
 
@@ -46,7 +51,8 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
 @contextlib.contextmanager
 def recording_buffers() -> Iterator[dict[str, int]]:
     """Bytes of the buffers llama.cpp allocates on this thread meanwhile, by what they
-    hold: `weights`, `kv_cache`, `compute` (for the memory account)."""
+    hold: `weights` (of which `weights_mapped` is the mapped file), `kv_cache`, `compute`
+    (for the memory account and the model pool's budget)."""
     sizes: dict[str, int] = {}
     _recorder.sizes = sizes
     try:

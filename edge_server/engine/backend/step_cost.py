@@ -48,6 +48,12 @@ _BUDGET_SECONDS = 20.0  # a machine too busy to finish by then does not draft th
 # times SmolLM2's), up to this: the model is not served while it is timed.
 _MAX_BUDGET_SECONDS = 50.0
 _MANY = 8  # the "several sequences" point, or fewer where the model has fewer slots
+# A timed step asks for logits on at most this many rows (one sequence drafting 15 deep):
+# llama.cpp keeps its output buffer at the most rows any step asked for, a vocabulary of
+# floats each (1 MiB on Gemma 3's 262k), and 8 sequences x 16 rows would leave 128 MiB
+# there for good in a server that may never batch as much. What the other rows' logits
+# would have cost is added from the cost of a row's logits, measured on the deepest shape.
+_MAX_OUTPUT_ROWS = max(_ROWS_PER_SEQUENCE)
 # Of the stored file: 1 held a straight line, which misled (see above); 2 had no widths;
 # 3 timed 1, 2, 3, 5 and 9 rows (9 rows cost nearly 16 rows' time on a 1.5B model).
 _FORMAT = 4
@@ -178,9 +184,6 @@ def measure(model: LlamaModel) -> StepCost | None:
             model.seq_remove(seq)
     if one is None or several is None:
         return None
-    # The last decode had many x the deepest draft rows of logits: they would stay
-    # resident (72 MiB on Gemma 3's vocabulary) in a server that may never batch as much.
-    model.discard_logits(many * _ROWS_PER_SEQUENCE[-1])
     cost = StepCost(_ROWS_PER_SEQUENCE, one, several, many, widths)
     log.info("decode step cost measured in %.1f s: %s ms (1 sequence), %s ms (%d), for %s "
              "rows each; %s ms for 1..%d sequences of one row", time.monotonic() - started,
@@ -196,41 +199,59 @@ def _ms(seconds: tuple[float, ...]) -> str:
 def _time_widths(model: LlamaModel, many: int, started: float) -> tuple[float, ...] | None:
     """Seconds of a step of 1..many sequences with one row each; None past the base
     budget."""
-    return _time_shapes(model, many, [(n, 1) for n in range(1, many + 1)],
+    return _time_shapes(model, many, [(n, 1, n) for n in range(1, many + 1)],
                         started + _BUDGET_SECONDS, _REPEATS)
 
 
 def _time_steps(model: LlamaModel, sequences: int, deadline: float, repeats: int
                 ) -> tuple[float, ...] | None:
     """Seconds of a step of `sequences` sequences with each of _ROWS_PER_SEQUENCE rows
-    per sequence; None past `deadline`. More rows never cost less: a noisy timing must
-    not make a deeper draft look free."""
-    seconds = _time_shapes(model, sequences, [(sequences, r) for r in _ROWS_PER_SEQUENCE],
-                           deadline, repeats)
-    return None if seconds is None else tuple(max(seconds[: i + 1])
-                                              for i in range(len(seconds)))
+    per sequence, all rows with logits (past _MAX_OUTPUT_ROWS, the rest's logits at the
+    measured cost of a row's); None past `deadline`. More rows never cost less: a noisy
+    timing must not make a deeper draft look free."""
+    wanted = [sequences * rows for rows in _ROWS_PER_SEQUENCE]
+    asked = [min(n, _MAX_OUTPUT_ROWS) for n in wanted]
+    shapes = [(sequences, rows, n) for rows, n in zip(_ROWS_PER_SEQUENCE, asked, strict=True)]
+    capped = wanted != asked
+    if capped:
+        # The deepest shape again with one row of logits a sequence: the difference is
+        # what the other rows' logits cost (the vocabulary's projection of each).
+        shapes.append((sequences, _ROWS_PER_SEQUENCE[-1], sequences))
+    seconds = _time_shapes(model, sequences, shapes, deadline, repeats)
+    if seconds is None:
+        return None
+    per_row = 0.0
+    if capped:
+        fewer = asked[-1] - sequences
+        per_row = max(0.0, (seconds[len(asked) - 1] - seconds[-1]) / fewer) if fewer else 0.0
+    full = [t + (w - a) * per_row
+            for t, w, a in zip(seconds[:len(asked)], wanted, asked, strict=True)]
+    return tuple(max(full[: i + 1]) for i in range(len(full)))
 
 
-def _time_shapes(model: LlamaModel, sequences: int, shapes: list[tuple[int, int]],
+def _time_shapes(model: LlamaModel, sequences: int, shapes: list[tuple[int, int, int]],
                  deadline: float, repeats: int) -> tuple[float, ...] | None:
-    """The fastest of `repeats` timings of each (sequences, rows each) shape, after
-    `sequences` sequences got a prefix; None past `deadline`."""
-    batch = DecodeBatch(max(_PREFIX_TOKENS, max(r for _, r in shapes)) * sequences)
+    """The fastest of `repeats` timings of each (sequences, rows each, rows with logits)
+    shape, after `sequences` sequences got a prefix; None past `deadline`. The rows with
+    logits are each sequence's last ones, spread over the sequences."""
+    batch = DecodeBatch(max(_PREFIX_TOKENS, max(r for _, r, _ in shapes)) * sequences)
     prefix = [model.vocab.bos if model.vocab.bos >= 0 else 0] * _PREFIX_TOKENS
     for seq in range(sequences):
         model.seq_remove(seq)
         batch.add_span(prefix, 0, seq, logits_last=True)
-    if batch.decode(model.ctx) != 0:
+    if model.decode(batch) != 0:
         return None
     timings: list[list[float]] = [[] for _ in shapes]
     for repeat in range(repeats + 1):  # the first round warms up, untimed
-        for shape, (n_seqs, rows) in enumerate(shapes):  # interleaved: noise hits all
+        for shape, (n_seqs, rows, outputs) in enumerate(shapes):  # interleaved: noise hits all
             batch.clear()
             for seq in range(n_seqs):
+                with_logits = outputs // n_seqs + (seq < outputs % n_seqs)
                 for i in range(rows):
-                    batch.add(prefix[0], _PREFIX_TOKENS + i, seq, logits=True)
+                    batch.add(prefix[0], _PREFIX_TOKENS + i, seq,
+                              logits=i >= rows - with_logits)
             start = time.thread_time()
-            status = batch.decode(model.ctx)
+            status = model.decode(batch)
             if repeat:
                 timings[shape].append(time.thread_time() - start)
             for seq in range(n_seqs):

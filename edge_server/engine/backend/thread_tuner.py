@@ -64,12 +64,12 @@ def same_numbers_on(model: LlamaModel, counts: tuple[int, ...]) -> bool:
             model.seq_remove(0)
             batch.clear()
             batch.add_span(tokens, 0, 0, logits_last=True)
-            if batch.decode(model.ctx) != 0:
+            if model.decode(batch) != 0:
                 return False
             rows = [model.logits_row(len(tokens) - 1).copy()]
             batch.clear()
             batch.add(int(rows[0].argmax()), len(tokens), 0, logits=True)
-            if batch.decode(model.ctx) != 0:
+            if model.decode(batch) != 0:
                 return False
             rows.append(model.logits_row(0).copy())
             if first is None:
@@ -110,11 +110,11 @@ class ThreadTuner:
     def decode(self, model: LlamaModel, batch: DecodeBatch) -> int:
         """llama_decode of the batch on the chosen thread count, timed for the tuner."""
         if len(self.candidates) == 1:  # nothing to choose: nothing to time
-            return batch.decode(model.ctx)
+            return model.decode(batch)
         threads = self.choose(batch.size)
         model.set_threads(threads)
         started = time.perf_counter()
-        status = batch.decode(model.ctx)
+        status = model.decode(batch)
         self.record(batch.size, threads, time.perf_counter() - started)
         return status
 

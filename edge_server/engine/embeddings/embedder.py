@@ -29,7 +29,6 @@ from ..backend.batch import DecodeBatch
 from ..backend.context_size import bytes_per_cell
 from ..backend.llama_model import LlamaModel
 from ..backend.runtime import recording_buffers
-from ..backend.zero_pages import ReleasedPages, anonymous_mappings, new_mappings
 from ..errors import EngineError, EngineOverloaded
 
 log = logging.getLogger(__name__)
@@ -179,12 +178,8 @@ class Embedder:
         # F32 path from 64 tokens, F16 below), so a text's vector would depend on what it
         # was batched with. Without it, it does not, at some speed on large batches.
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        before = anonymous_mappings()
         with recording_buffers() as buffers:
             ctx = lc.llama_init_from_model(model.model, cparams)
-        # Only watched, not given back: the engine thread may be writing to mappings
-        # of its own meanwhile (zero_pages.py needs no other writer to release pages).
-        self._pages = ReleasedPages([], new_mappings(before))
         if not ctx:
             raise EngineError("llama.cpp could not create the embedding context")
         # Its buffers as llama.cpp allocated them (the memory account). Its output buffer
@@ -234,13 +229,6 @@ class Embedder:
             self.counts["embedding_requests"] += 1
             self._cond.notify()
         return job
-
-    def resident_bytes(self) -> int:
-        """What the context holds in RAM now: the pages its batches have touched, at
-        most its allocation (the allocation where residency is not known)."""
-        if not self._pages.mappings:
-            return self.bytes
-        return min(self.bytes, self._pages.residency()[1])
 
     def stats(self) -> dict[str, int]:
         return {**self.counts, "embedding_waiting": len(self._queue)}
