@@ -7,7 +7,9 @@ for many more requests, with figures at the end.
 
 A share of the requests (--route-share) go to the routes beside generation: rerank,
 stored Responses (previous_response_id; GET, DELETE and input_items of stored and junk
-ids), Ollama's /api/create and /api/blobs, GET /slots and /tokenize with_pieces.
+ids), Ollama's /api/create (junk Modelfiles, and Modelfiles about as long as they may be:
+thousands of comment, odd, FROM or PARAMETER lines) and /api/blobs (junk, and uploads of
+a few MiB), GET /slots and /tokenize with_pieces.
 
 A share of the requests (--edge-share) are edge cases (tests/fuzz_edges.py): every
 numeric field of every door at the bounds of C types and of the model served, taken in

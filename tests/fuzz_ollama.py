@@ -1,7 +1,8 @@
 """Mutated requests to Ollama's API (/api/*) for the fuzz campaign, built from the values
 of fuzz_strategies; fuzz_judge judges their answers in Ollama's shapes (NDJSON streams,
-{"error": "..."} errors), and /api/create with /api/blobs (model_file_cases). /api/pull
-and /api/delete are left out: they reach the network and delete saved models."""
+{"error": "..."} errors), and /api/create with /api/blobs (model_file_cases: Modelfiles up
+to their bound, uploads of a few MiB). /api/pull and /api/delete are left out: they reach
+the network and delete saved models."""
 
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def _bodies(draw: st.DrawFn, path: str) -> dict[str, Any]:
     elif path == EMBEDDINGS:
         body["prompt"] = draw(embed_text)
     elif path == COPY:
-        body = {"source": body["model"], "destination": draw(small_text)}
+        body = {"source": body["model"], "destination": draw(st.one_of(
+            small_text, st.sampled_from(["*", "m?", "[ab]", "claude-*", "a b"])))}
     fields = FIELDS[path]
     chosen = draw(st.lists(st.sampled_from(sorted(fields)), max_size=4, unique=True)
                   ) if fields else []
@@ -147,7 +149,10 @@ blob_digests = st.one_of(
 model_sources = st.one_of(st.sampled_from([MODEL, f"{MODEL}:latest", "/etc/passwd",
                                            "./model.gguf", "hf.co/x/y", ""]),
                           blob_digests, small_text)
-new_names = st.one_of(st.integers(0, 5).map(lambda n: f"fuzz-{n}"), small_text)
+new_names = st.one_of(st.integers(0, 5).map(lambda n: f"fuzz-{n}"), small_text,
+                      # outside Ollama's grammar: refused, never a glob alias
+                      st.sampled_from(["*", "claude-*", "gpt-?", "[a-z]*", "a/b/c/d", "x:",
+                                       "ns/m:t", "host.io:5000/ns/m:v1", "_x.y-z"]))
 _ARGUMENTS = st.one_of(small_text, templates, st.just('"""{{ .Prompt }}"""'),
                        st.just('"quoted\\n"'), st.just('"""not closed'))
 modelfile_lines = st.one_of(
@@ -194,5 +199,41 @@ def blob_cases(draw: st.DrawFn) -> Case:
                 route=BLOBS)
 
 
+# Long Modelfiles: about as long as `modelfile` may be (262,144 characters; one more is a
+# 400), its lines repeated by the thousand: comments, blank or odd lines (CR, tabs, NUL,
+# Unicode spaces and line separators), FROM or PARAMETER lines, with a long SYSTEM, an
+# unclosed \"\"\" or an unknown command at the end. Each is read in one pass, off the event
+# loop: answered within the time limit, the server's address space capped.
+MODELFILE_CHARS = 262_144
+_REPEATED = ["#", "# comment", "", "\r", "\t", " \t ", "\x00", "\u00a0", "\u2028", "\u3000#",
+             f"FROM {MODEL}", "FROM sha256:" + "0" * 64, "from x", "PARAMETER stop x",
+             "PARAMETER temperature 0.5", "parameter\ttop_k\t40", "PARAMETER num_ctx 1e400",
+             'SYSTEM "a\\nb"', 'TEMPLATE """{{ .Prompt }}"""', "PARAMETER", "FROM"]
+_ENDINGS = ["", 'SYSTEM """never closed', "SYSTEM " + "x" * 70_000, "BOGUS line",
+            'TEMPLATE """' + "{{ .Prompt }}" * 5_000 + '"""', "PARAMETER stop " + "s" * 600]
+
+
+@st.composite
+def long_modelfile_cases(draw: st.DrawFn) -> Case:
+    head = draw(st.sampled_from([f"FROM {MODEL}\n", ""]))
+    pattern = "\n".join(draw(st.lists(st.sampled_from(_REPEATED), min_size=1,
+                                      max_size=3))) + "\n"
+    ending = draw(st.sampled_from(_ENDINGS))
+    size = draw(st.sampled_from([MODELFILE_CHARS, MODELFILE_CHARS + 1, 100_000, 20_000]))
+    room = max(0, size - len(head) - len(ending))
+    text = head + (pattern * (room // len(pattern) + 1))[:room] + ending
+    body = {"model": draw(new_names), "modelfile": text, "stream": draw(BOOLEAN)}
+    return Case(CREATE, dumps(body).encode("utf-8", "surrogatepass"), "ollama-create-long")
+
+
+@st.composite
+def big_blob_cases(draw: st.DrawFn) -> Case:
+    """Uploads of a few MiB (kept under their digest, or refused for a wrong one after
+    the whole body streamed to disk)."""
+    data = b"GGUF" + bytes([draw(st.integers(0, 255))]) * (draw(st.integers(1, 4)) * 2**20)
+    digest = _digest(data) if draw(BOOLEAN) else _digest(data + b"x")
+    return Case(f"/api/blobs/{digest}", data, "ollama-blobs-big", route=BLOBS)
+
+
 def model_file_cases() -> st.SearchStrategy[Case]:
-    return st.one_of(create_cases(), blob_cases())
+    return st.one_of(create_cases(), blob_cases(), long_modelfile_cases(), big_blob_cases())

@@ -156,6 +156,15 @@ def test_fuzz_routes_beside_generation(fuzz_server: RunningServer, fuzz_client: 
     check(fuzz_server, fuzz_client, case)
 
 
+@settings(fuzz_settings, max_examples=30)
+@given(case=st.one_of(fo.long_modelfile_cases(), fo.big_blob_cases()))
+def test_fuzz_long_modelfiles_and_big_blobs(fuzz_server: RunningServer,
+                                            fuzz_client: httpx.Client, case: fs.Case) -> None:
+    """Modelfiles about as long as `modelfile` may be (thousands of comment, odd, FROM
+    or PARAMETER lines), and uploads of a few MiB, on the capped server."""
+    check(fuzz_server, fuzz_client, case)
+
+
 @pytest.fixture(scope="module")
 def edge_setting(fuzz_server: RunningServer) -> tuple[dict[str, Any], fe.ModelLimits]:
     # The fields from the server's own request schemas, n_ctx and n_vocab from its model.

@@ -132,6 +132,40 @@ def test_pull_hub_name_then_serve_and_delete(oc: ollama.Client,
     assert gone.value.status_code == 503
 
 
+def test_deleting_one_of_two_names_on_a_file_keeps_the_file(
+        oc: ollama.Client, models_server: tuple[RunningServer, Path]) -> None:
+    """`:Q4_1` and `:q4_1` pull one file as two models: deleting one leaves the other
+    serving; the file goes with the last. /api/ps answers even when a loaded model's file
+    was removed on disk."""
+    server, models_dir = models_server
+    upper, lower = HUB_NAME, HUB_NAME.lower().replace("hf.co/edge-test/other-gguf",
+                                                      f"hf.co/{HUB_REPO}")
+    assert lower.endswith(":q4_1")
+    for name in (upper, lower):
+        assert oc.pull(name).status == "success"
+    path = models_dir / HUB_REPO / HUB_FILE
+    assert oc.generate(model=lower, prompt="Hi", options={"num_predict": 1}).done
+    oc.delete(upper)
+    assert path.is_file()
+    assert oc.generate(model=lower, prompt="Hi", options={"num_predict": 1}).done
+    assert lower in _loaded(oc) and lower in _listed(oc) and upper not in _listed(oc)
+    oc.delete(lower)
+    assert not path.exists() and lower not in _listed(oc)
+    # Pulled again and loaded, then its file moved away by hand: listed, not a 500.
+    assert oc.pull(lower).status == "success"
+    assert oc.generate(model=lower, prompt="Hi", options={"num_predict": 1}).done
+    aside = path.rename(path.with_name("moved-away"))
+    try:
+        r = httpx.get(f"{server.base_url}/api/ps", headers={"Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200, r.text
+        assert lower in {m["model"] for m in r.json()["models"]}
+        assert lower not in _listed(oc)
+    finally:
+        aside.rename(path)  # back before it unloads (its prompt cache is keyed by the file)
+    oc.delete(lower)
+    assert not path.exists()
+
+
 @pytest.mark.parametrize("name", ["nothing-here", "hf.co/edge-test/missing-GGUF:Q4_1",
                                   f"hf.co/{HUB_REPO}:Q2_K"])
 def test_pull_of_an_unknown_model_is_404(oc: ollama.Client, name: str) -> None:

@@ -32,6 +32,7 @@ from .messages.error_shape import anthropic_body, is_messages_path
 from .native.api_router import routes as native_routes
 from .ollama.api_router import routes as ollama_routes
 from .ollama.blobs import PREFIX as OLLAMA_BLOBS
+from .ollama.blobs import remove_stale_uploads
 from .ollama.error_shape import is_ollama_path, ollama_error
 from .ollama.saved_models import SavedModels
 from .rerank.api_router import routes as rerank_routes
@@ -164,9 +165,11 @@ def create_app(
     app.state.make_spec = make_spec
     app.state.ollama_saved = None
     if store is not None and make_spec is not None:
-        # Models made by Ollama's /api/create and /api/copy serve again.
+        # Models made by Ollama's /api/create and /api/copy serve again; uploads that a
+        # stopped process left unfinished go.
         app.state.ollama_saved = SavedModels(store, make_spec)
         app.state.ollama_saved.restore(pool)
+        remove_stale_uploads(store)
     app.state.admission = admission
     app.state.responses = responses
     app.state.ready = False

@@ -3,7 +3,8 @@ blob, with a Modelfile's TEMPLATE, SYSTEM and PARAMETER lines; saved (saved_mode
 it serves again after a restart. Both request shapes are read: the Modelfile's text
 (`modelfile`), or its parts as fields (`from`, `files`, `template`, `system`,
 `parameters`). Whatever is not done here (adapters, quantizing, messages, ...) is
-refused by name.
+refused by name. The Modelfile is read and its profile checked on a worker thread; the
+new name must be one in Ollama's grammar (names.check_name).
 """
 
 from __future__ import annotations
@@ -122,6 +123,10 @@ def made_from(saved: SavedModels, models: ModelPool, name: str) -> tuple[str, Pr
 
 async def _replace(saved: SavedModels, models: ModelPool, name: str) -> None:
     """Makes way for a model created again under its name."""
+    if name in saved.unread:
+        raise APIError(409, f"\"{name[:200]}\" names a saved model this server cannot read "
+                       "(see the server log); delete it first", param="model",
+                       code="model_exists")
     if name not in saved.models:
         try:
             models.spec(name)
@@ -136,15 +141,22 @@ async def forget(saved: SavedModels, models: ModelPool, name: str) -> None:
     """Stops serving a saved model: not while others are made from it or it serves."""
     others = saved.dependents(name)
     if others:
-        raise APIError(409, f"model \"{name[:200]}\" is the source of {others[0][:200]}: "
-                       "delete that first", param="model", code="model_in_use")
-    model = saved.models[name]
-    if model.from_blob:
+        raise _in_use(name, others[0])
+    model = saved.models.get(name)
+    if model is not None and model.from_blob:
         await models.unload_when_idle(name, wait=5.0)
         if models.is_loaded(name):
             raise APIError(409, f"model \"{name[:200]}\" is serving requests; retry when "
                            "they are done", param="model", code="model_in_use")
-    saved.forget(models, name)  # on the loop: the pool is not shared with threads
+    try:
+        await saved.forget(models, name)  # the pool on the loop: not shared with threads
+    except ValueError as exc:  # made from it in another process sharing the directory
+        raise _in_use(name, str(exc)) from exc
+
+
+def _in_use(name: str, other: str) -> APIError:
+    return APIError(409, f"model \"{name[:200]}\" is the source of {other[:200]}: delete "
+                    "that first", param="model", code="model_in_use")
 
 
 def _progress(source: str) -> list[dict[str, Any]]:
@@ -153,22 +165,27 @@ def _progress(source: str) -> list[dict[str, Any]]:
             {"status": "success"}]
 
 
+def _prepared(body: CreateRequest) -> tuple[modelfile.Recipe, Profile]:
+    """The Modelfile read and its profile checked (blocking: a thread's work)."""
+    recipe = _recipe(body)
+    return recipe, _checked_profile(recipe)
+
+
 async def create(request: Request) -> Response:
     require_admin(request)
     body = await parse_body(request, CreateRequest)
     saved = saved_models(request)
     models = pool(request)
     name = body.model.removesuffix(names.LATEST)
-    recipe = _recipe(body)
-    profile = _checked_profile(recipe)
+    check_new_name(name, len(saved.models) + len(saved.unread) - saved.taken(name))
+    recipe, profile = await off_loop(_prepared, body)
     source, base = await off_loop(_source, saved, models, recipe.source or "")
-    check_new_name(name, len(saved.models) - (name in saved.models))
     await _replace(saved, models, name)
     profile = profile.over(base)
     empty = not (profile.system or profile.template or profile.parameters)
     model = SavedModel(name, source, None if empty and base is None else profile)
     try:
-        saved.add(models, model)
+        await saved.add(models, model)
     except ValueError as exc:
         raise APIError(409, f"\"{name[:200]}\" already names a model", param="model",
                        code="model_exists") from exc

@@ -7,10 +7,18 @@ commands (`ADAPTER`, `LICENSE`, `MESSAGE`, ...) are refused by name, not dropped
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..http.errors import invalid
+from .protocol import MAX_MODELFILE_CHARS
+
+MAX_ARGUMENT_CHARS = 65_536  # a TEMPLATE or SYSTEM, as long as the fields' (CreateRequest)
+_NON_SPACE = re.compile(r"\S")
+_COMMAND = re.compile(r"[^ \t\n]*")  # up to a blank: `FROM`, `parameter`, `BOGUS`
+_BLANKS = re.compile(r"[ \t]*")
+_KEY = re.compile(r"\S*")
 
 _REFUSED = {
     "adapter": "LoRA adapters are not applied here",
@@ -66,21 +74,50 @@ def _typed(key: str, value: str) -> Any:
     return number if isinstance(number, (int, float, bool)) else value
 
 
+class _Lines:
+    """Line numbers of positions met in order: each stretch of text is counted once, so
+    reading a Modelfile stays linear in its length."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.at = 0
+        self.line = 1
+
+    def of(self, at: int) -> int:
+        self.line += self.text.count("\n", self.at, at)
+        self.at = at
+        return self.line
+
+
+def _line_end(text: str, at: int) -> int:
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
+
+
+def _checked(line: int, name: str, value: str) -> str:
+    if len(value) > MAX_ARGUMENT_CHARS:
+        raise invalid("modelfile", f"`modelfile` line {line}: {name.upper()} has more than "
+                      f"{MAX_ARGUMENT_CHARS} characters")
+    return value
+
+
 def parse(text: str) -> Recipe:
+    """The Modelfile's parts, in one pass over its text (blocking: a thread's work for
+    a long one)."""
+    if len(text) > MAX_MODELFILE_CHARS:
+        raise invalid("modelfile", f"`modelfile` has more than {MAX_MODELFILE_CHARS} "
+                      "characters")
     recipe = Recipe()
+    lines = _Lines(text)
     at = 0
-    while at < len(text):
-        if text[at].isspace():
-            at += 1
-            continue
-        line = text.count("\n", 0, at) + 1
-        end = text.find("\n", at)
-        end = len(text) if end < 0 else end
+    while (found := _NON_SPACE.search(text, at)) is not None:
+        at = found.start()
+        end = _line_end(text, at)
         if text[at] == "#":
             at = end
             continue
-        command, _, _ = text[at:end].partition(" ")
-        command = command.split("\t")[0]
+        line = lines.of(at)
+        command = _COMMAND.match(text, at, end).group()  # type: ignore[union-attr]
         name = command.lower()
         if name not in _KNOWN:
             raise invalid("modelfile", f"`modelfile` line {line}: `{command[:40]}` is not "
@@ -88,17 +125,10 @@ def parse(text: str) -> Recipe:
         if name in _REFUSED:
             raise invalid("modelfile", f"`modelfile` line {line}: {command.upper()} is not "
                           f"supported: {_REFUSED[name]}")
-        at += len(command)
-        while at < len(text) and text[at] in " \t":
-            at += 1
+        at = _BLANKS.match(text, at + len(command)).end()  # type: ignore[union-attr]
         if name == "parameter":
-            key_end = at
-            while key_end < len(text) and not text[key_end].isspace():
-                key_end += 1
-            key = text[at:key_end]
-            at = key_end
-            while at < len(text) and text[at] in " \t":
-                at += 1
+            key = _KEY.match(text, at).group()  # type: ignore[union-attr]
+            at = _BLANKS.match(text, at + len(key)).end()  # type: ignore[union-attr]
             value, at = _argument(text, at, line)
             if not key or not value:
                 raise invalid("modelfile", f"`modelfile` line {line}: PARAMETER needs a "
@@ -112,7 +142,7 @@ def parse(text: str) -> Recipe:
         if name == "from":
             recipe.source = value
         elif name == "template":
-            recipe.template = value
+            recipe.template = _checked(line, name, value)
         else:
-            recipe.system = value
+            recipe.system = _checked(line, name, value)
     return recipe

@@ -3,10 +3,11 @@
 
 Names made by /api/copy are saved with the models /api/create makes (saved_models), and
 serve again after a restart; a copy never repoints a name that is taken (409), and their
-number and length are bounded. /api/delete removes such a name or model, or the file of a
-model pulled into the models directory; the default model, the embedded one and files the
-registry points at are the operator's and are not deleted. Copy, create, blob uploads and
-delete need an admin key where keys are set (require_admin).
+grammar, number and length are bounded. /api/delete removes such a name or model, or the
+file of a model pulled into the models directory once no other name serves from it; the
+default model, the embedded one and files the registry points at are the operator's and
+are not deleted. Copy, create, blob uploads and delete need an admin key where keys are
+set (require_admin).
 """
 
 from __future__ import annotations
@@ -37,23 +38,30 @@ from .saved_models import Profile, SavedModel, SavedModels, check_new_name
 
 # The Ollama release whose API this server speaks: clients check it for features.
 OLLAMA_VERSION = "0.12.6"
+_UNKNOWN_DETAILS = {"parent_model": "", "format": "gguf", "family": "unknown", "families": None,
+                    "parameter_size": "unknown", "quantization_level": "unknown"}
 
 
 def _time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _model_entry(spec: ModelSpec, name: str) -> dict[str, Any]:
-    """A model as /api/tags lists it (blocking: reads the file's header and digest)."""
+def _model_entry(spec: ModelSpec, name: str) -> dict[str, Any] | None:
+    """A model as /api/tags lists it (blocking: reads the file's header and digest);
+    None when its file is gone (deleted on disk since it was listed)."""
     assert spec.path is not None
-    return {
-        "name": names.tagged(name),
-        "model": names.tagged(name),
-        "modified_at": _time(spec.path.stat().st_mtime),
-        "size": spec.path.stat().st_size,
-        "digest": FACTS.digest(spec.path),
-        "details": FACTS.info(spec.path).details,
-    }
+    try:
+        stat = spec.path.stat()
+        return {
+            "name": names.tagged(name),
+            "model": names.tagged(name),
+            "modified_at": _time(stat.st_mtime),
+            "size": stat.st_size,
+            "digest": FACTS.digest(spec.path),
+            "details": FACTS.info(spec.path).details,
+        }
+    except OSError:
+        return None
 
 
 def _listed_names(models: ModelPool, spec: ModelSpec) -> list[str]:
@@ -66,7 +74,8 @@ def _tags(models: ModelPool) -> dict[str, Any]:
     for spec in list(models.specs):
         if spec.path is None or not spec.path.is_file():
             continue
-        entries += [_model_entry(spec, name) for name in _listed_names(models, spec)]
+        entries += [e for name in _listed_names(models, spec)
+                    if (e := _model_entry(spec, name)) is not None]
     return {"models": entries}
 
 
@@ -115,7 +124,10 @@ def _show(models: ModelPool, spec: ModelSpec, verbose: bool,
           profile: Profile | None) -> dict[str, Any]:
     if spec.path is None or not spec.path.is_file():
         raise names.not_found(spec.id)
-    info = FACTS.info(spec.path)
+    try:
+        info, modified = FACTS.info(spec.path), spec.path.stat().st_mtime
+    except OSError:  # removed on disk meanwhile
+        raise names.not_found(spec.id) from None
     template = spec.settings.chat_template or info.chat_template or ""
     extra = {"system": profile.system} if profile and profile.system is not None else {}
     return {
@@ -127,7 +139,7 @@ def _show(models: ModelPool, spec: ModelSpec, verbose: bool,
         "details": info.details,
         "model_info": FACTS.show_info(spec.path, verbose),
         "capabilities": _capabilities(models, spec, template),
-        "modified_at": _time(spec.path.stat().st_mtime),
+        "modified_at": _time(modified),
     }
 
 
@@ -150,7 +162,11 @@ def _running(models: ModelPool) -> dict[str, Any]:
         # Ollama writes a far-off date for a model kept loaded for good.
         expires = time.time() + (left if left is not None else 100 * 365 * 86400)
         engine = models.loaded_engine(spec.id)
-        entry = _model_entry(spec, spec.id)
+        # A loaded model whose file was removed on disk still runs (its weights are
+        # mapped): listed with what is known, never a 500.
+        entry = _model_entry(spec, spec.id) or {
+            "name": names.tagged(spec.id), "model": names.tagged(spec.id),
+            "modified_at": _time(0), "digest": "", "details": _UNKNOWN_DETAILS}
         entries.append({**entry, "size": models.loaded_bytes(spec.id), "size_vram": 0,
                         "expires_at": _time(expires),
                         # What one request may use: prompt plus answer.
@@ -175,10 +191,11 @@ async def copy(request: Request) -> Response:
     saved = _saved(request)
     try:
         if saved is None:  # no models directory: the name lasts as long as the process
+            names.check_name(destination, "destination")
             models.add_name(source, destination)
         else:
-            check_new_name(destination, len(saved.models))
-            saved.add(models, SavedModel(destination, *made_from(saved, models, source)))
+            check_new_name(destination, len(saved.models) + len(saved.unread), "destination")
+            await saved.add(models, SavedModel(destination, *made_from(saved, models, source)))
     except TooManyNames as exc:
         raise APIError(409, str(exc), param="destination", code="too_many_names") from exc
     except ValueError as exc:
@@ -204,14 +221,24 @@ def _deletable_file(store: ModelStore | None, spec: ModelSpec) -> Path | None:
     return spec.path
 
 
+def _unlink_unless_served(models: ModelPool, spec: ModelSpec, path: Path) -> None:
+    """Removes the file unless another model serves from it (blocking: resolves paths).
+    Two hub names can name one file (`hf.co/o/r:Q4_K_M` and `hf.co/o/r:q4_k_m`), as can a
+    registry id and a hub name of its repo: the file stays while one of them is left."""
+    target = path.resolve()
+    if not any(other is not spec and other.path is not None and other.path.resolve() == target
+               for other in list(models.specs)):
+        path.unlink(missing_ok=True)
+
+
 async def delete(request: Request) -> Response:
     require_admin(request, "deleting a model")
     body = await parse_body(request, ModelRequest)
     models = pool(request)
     saved = _saved(request)
-    # A saved model is deleted by its name even when it could not be served.
+    # A saved model is deleted by its name even when it could not be served or read.
     made = next((n for n in (body.model, body.model.removesuffix(names.LATEST))
-                 if saved is not None and n in saved.models), None)
+                 if saved is not None and saved.taken(n)), None)
     if saved is not None and made is not None:
         await forget(saved, models, made)
         return Response(status_code=200)
@@ -229,8 +256,9 @@ async def delete(request: Request) -> Response:
     if models.is_loaded(spec.id):
         raise APIError(409, f"model \"{body.model[:256]}\" is serving requests; retry "
                        "when they are done", param="model", code="model_in_use")
-    path.unlink(missing_ok=True)
+    # The name stops serving the file at once; the file goes only with its last name.
     models.set_file(spec.id, None, f"model `{spec.id}` was deleted; pull it again")
+    await run_io(_unlink_unless_served, models, spec, path)
     return Response(status_code=200)
 
 

@@ -6,6 +6,8 @@ an uploaded GGUF serves as a model, and all of it serves again after a restart."
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,6 +174,7 @@ def test_bad_blobs_are_refused_and_not_kept(http: httpx.Client, content: bytes, 
     ({"modelfile": f"FROM {DEFAULT_MODEL}\nTEMPLATE {{{{ range .Messages }}}}x{{{{ end }}}}"},
      400, "template"),
     ({"modelfile": "SYSTEM hi"}, 400, "from"),
+    ({"modelfile": f"FROM {DEFAULT_MODEL}\n#\nSYSTEM {'x' * 65_537}"}, 400, "line 3: SYSTEM"),
     ({"from": DEFAULT_MODEL, "adapters": {"a.gguf": "sha256:" + "0" * 64}}, 400, "adapters"),
     ({"from": DEFAULT_MODEL, "quantize": "q4_K_M"}, 400, "quantize"),
     ({"from": DEFAULT_MODEL, "messages": [{"role": "user", "content": "x"}]}, 400, "messages"),
@@ -183,12 +186,79 @@ def test_bad_blobs_are_refused_and_not_kept(http: httpx.Client, content: bytes, 
     ({"model": DEFAULT_MODEL, "from": DEFAULT_MODEL}, 409, DEFAULT_MODEL),
     ({"model": "x" * 201, "from": DEFAULT_MODEL}, 400, "200"),
     ({"model": "two words", "from": DEFAULT_MODEL}, 400, "spaces"),
+    # Glob characters would make the name answer for every name it matches.
+    ({"model": "*", "from": DEFAULT_MODEL}, 400, "`model` must be a model name"),
+    ({"model": "claude-*", "from": DEFAULT_MODEL}, 400, "`model` must be a model name"),
+    ({"model": "gpt-?", "from": DEFAULT_MODEL}, 400, "`model` must be a model name"),
+    ({"model": "[a-z]x", "from": DEFAULT_MODEL}, 400, "`model` must be a model name"),
+    ({"model": "a/b/c/d", "from": DEFAULT_MODEL}, 400, "three parts"),
+    ({"model": "x:", "from": DEFAULT_MODEL}, 400, "empty"),
 ])
 def test_create_refusals_name_what_is_wrong(http: httpx.Client, body: dict[str, Any],
                                             status: int, words: str) -> None:
     r = http.post("/api/create", json={"model": "refused", **body})
     assert r.status_code == status and words in r.json()["error"], r.text
     assert set(r.json()) == {"error"}
+
+
+@pytest.mark.parametrize("destination", ["*", "claude-*", "m?", "[ab]", "a b", "x/../y"])
+def test_copy_refuses_names_outside_the_grammar(http: httpx.Client, destination: str) -> None:
+    r = http.post("/api/copy", json={"source": DEFAULT_MODEL, "destination": destination})
+    assert r.status_code == 400 and "`destination` must be a model name" in r.json()["error"]
+    # Nothing became a catch-all: a name no model has is still unknown.
+    r = http.post("/api/chat", json={"model": "claude-3-opus", "messages": HI, "stream": False})
+    assert r.status_code == 404, r.text
+
+
+def _timed_gets(base_url: str, paths: tuple[str, ...], stop: threading.Event,
+                waits: dict[str, list[float]]) -> None:
+    with httpx.Client(base_url=base_url, timeout=30,
+                      headers={"Authorization": f"Bearer {USER_KEY}"}) as client:
+        while not stop.is_set():
+            for path in paths:
+                started = time.monotonic()
+                status = client.get(path).status_code
+                # A failed answer counts as never answered.
+                waits[path].append(time.monotonic() - started if status == 200 else 1e9)
+
+
+def test_a_long_modelfile_is_read_at_once_and_the_loop_stays_free(served: Served,
+                                                                  http: httpx.Client) -> None:
+    """131,000 comment lines (262 KB, the bound on `modelfile`): answered in well under a
+    second, while /health and /api/version, asked again and again meanwhile, answer at
+    once: the event loop waited on nothing (/api/version is the loop alone; /health is
+    allowed what its memory account costs on this machine when nothing else runs)."""
+    text = f"FROM {DEFAULT_MODEL}\n" + "#\n" * 131_000
+    assert len(text) <= 262_144
+    paths = ("/health", "/api/version")
+    quiet: dict[str, list[float]] = {p: [] for p in paths}
+    during: dict[str, list[float]] = {p: [] for p in paths}
+    stop = threading.Event()
+    asker = threading.Thread(target=_timed_gets,
+                             args=(served.server.base_url, paths, stop, quiet))
+    asker.start()
+    time.sleep(0.5)
+    stop.set()
+    asker.join()
+    stop.clear()
+    asker = threading.Thread(target=_timed_gets,
+                             args=(served.server.base_url, paths, stop, during))
+    asker.start()
+    try:
+        started = time.monotonic()
+        r = http.post("/api/create", json={"model": "long-modelfile", "modelfile": text,
+                                           "stream": False})
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        asker.join()
+    assert r.status_code == 200 and r.json() == {"status": "success"}, r.text
+    assert took < 1.0, f"the Modelfile took {took:.2f}s"
+    assert during["/health"], "no /health answer came while the Modelfile was read"
+    assert max(during["/api/version"]) < 0.1, during
+    assert max(during["/health"]) < max(quiet["/health"]) + 0.1, (quiet, during)
+    assert http.request("DELETE", "/api/delete", json={"model": "long-modelfile"}
+                        ).status_code == 200
 
 
 def test_management_needs_the_key(served: Served) -> None:
@@ -231,3 +301,18 @@ def test_made_models_and_copies_survive_a_restart(served: Served, oc: ollama.Cli
     assert after.prompt_eval_count == before.prompt_eval_count
     assert "You are Mario." in (oc.show("mario").modelfile or "")
     assert oc.generate(model="uploaded-copy", prompt="Hi").eval_count == 2
+
+
+def test_a_blob_goes_with_the_last_model_made_from_it(served: Served, http: httpx.Client
+                                                      ) -> None:
+    digest = "sha256:" + hashlib.sha256(default_model_path().read_bytes()).hexdigest()
+    blob = served.tmp / "models" / "blobs" / f"sha256-{digest.removeprefix('sha256:')}"
+    assert http.head(f"/api/blobs/{digest}").status_code == 200
+    for name in ("uploaded-copy", "uploaded"):  # the copy first: it stands for `uploaded`
+        assert http.request("DELETE", "/api/delete", json={"model": name}).status_code == 200
+    assert blob.is_file()  # `uploaded-old` is made from it too
+    assert http.post("/api/generate", json={"model": "uploaded-old", "prompt": "Hi",
+                                            "stream": False}).status_code == 200
+    assert http.request("DELETE", "/api/delete", json={"model": "uploaded-old"}
+                        ).status_code == 200
+    assert not blob.exists() and http.head(f"/api/blobs/{digest}").status_code == 404
