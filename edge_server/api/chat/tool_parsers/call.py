@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Keys a call object may have; any other key before the name means it is not a call.
 NAME_KEYS = {"name", "tool_name"}  # Command R writes `tool_name`
@@ -19,5 +19,12 @@ class Call:
     silent: bool = False  # beyond max_calls: read, never told
     arguments_key: str | None = None  # the key its arguments came under, once read
     arguments_done: bool = False
-    pending: str = ""  # arguments read before the name
+    # Arguments read before the name, or of a JSON string (told decoded, at its end):
+    # pieces, joined once (a long argument arrives in thousands).
+    pending: list[str] = field(default_factory=list)
     string_arguments: bool = False  # arguments written as a JSON string
+
+    def take_pending(self) -> str:
+        text = "".join(self.pending)
+        self.pending = []
+        return text

@@ -8,10 +8,19 @@ to the text the model wrote.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 WHITESPACE = " \t\r\n"
+
+
+# Where reading a value must look at a character: in a string, its end or an escape;
+# outside, a string's start and brackets; in a scalar, what ends it. Runs of anything else
+# are skipped at C speed.
+_STRING_STOP = re.compile(r'["\\]')
+_CONTAINER_STOP = re.compile(r'["{}\[\]]')
+_SCALAR_STOP = re.compile(r"[ \t\r\n,:\]}]")
 
 
 class RawValue:
@@ -30,7 +39,7 @@ class RawValue:
 
     def feed(self, text: str) -> int:
         """Reads what belongs to the value; returns how many characters that was."""
-        i = 0
+        i, n = 0, len(text)
         if not self.kind and text:
             first = text[0]
             if first == '"':
@@ -40,28 +49,38 @@ class RawValue:
             else:
                 self.kind = "scalar"
             i = 1
-        while i < len(text) and not self.done:
-            c = text[i]
+        while i < n and not self.done:
             if self.kind == "scalar":
-                if c in WHITESPACE or c in ",:]}":
-                    self.done = True
-                    return i
-            elif self._in_string:
+                m = _SCALAR_STOP.search(text, i)
+                if m is None:
+                    return n
+                self.done = True
+                return m.start()
+            if self._in_string:
                 if self._escaped:
-                    self._escaped = False
-                elif c == "\\":
+                    self._escaped, i = False, i + 1
+                    continue
+                m = _STRING_STOP.search(text, i)
+                if m is None:
+                    return n
+                i = m.end()
+                if m.group() == "\\":
                     self._escaped = True
-                elif c == '"':
+                else:
                     self._in_string = False
                     self.done = self.kind == "string"
-            elif c == '"':
+                continue
+            m = _CONTAINER_STOP.search(text, i)
+            if m is None:
+                return n
+            c, i = m.group(), m.end()
+            if c == '"':
                 self._in_string = True
             elif c in "{[":
                 self._depth += 1
-            elif c in "}]":
+            else:
                 self._depth -= 1
                 self.done = self._depth == 0
-            i += 1
         return i
 
     def end(self) -> None:
@@ -93,7 +112,7 @@ class CallObject:
         self.done = False
         self.broken = False
         self.key: str | None = None  # the member being read
-        self.value_text = ""  # what has been read of its value
+        self._value_parts: list[str] = []  # what has been read of its value
         self._state = _OPEN
         self._key_text = ""
         self._value: RawValue | None = None
@@ -108,7 +127,7 @@ class CallObject:
                 used = self._value.feed(text[i:])
                 if used:
                     part = text[i : i + used]
-                    self.value_text += part
+                    self._value_parts.append(part)
                     out.append(Member("part", self.key, part))
                     i += used
                 if self._value.done:
@@ -134,7 +153,7 @@ class CallObject:
                 self._expect(c == ":", _VALUE_START)
             elif self._state == _VALUE_START:
                 self._expect(c not in ",:]}", _VALUE)
-                self._value, self.value_text = RawValue(), ""
+                self._value, self._value_parts = RawValue(), []
                 i -= 1  # the value reads its own first character
             elif self._state == _AFTER:
                 self._expect(c in ",}", _KEY_OR_END)
@@ -152,9 +171,14 @@ class CallObject:
         return out
 
     @property
+    def value_text(self) -> str:
+        """What has been read of the current member's value."""
+        return "".join(self._value_parts)
+
+    @property
     def partial_string(self) -> str | None:
         """The characters read so far of a string value that is still open."""
-        if self._state == _VALUE and self.value_text.startswith('"'):
+        if self._state == _VALUE and self._value_parts and self._value_parts[0][:1] == '"':
             return self.value_text[1:].rstrip("\\")
         return None
 

@@ -7,6 +7,11 @@ text arrives; what it says of a call only grows (a name once complete, arguments
 that only gains characters), so the parser can tell the difference as it streams.
 Patterns are matched with `regex`'s partial matching: a marker cut off at the end of the
 text waits for the rest instead of failing.
+
+So that reading again costs what is new, a scan says where a later one may start (the
+`Resume` before its last call: the calls before it are complete and told) and, when it
+stops inside a value that may run long, what settles that value (the `Tail`): until
+then a scan again would tell nothing new but that value's own text (marked.py).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 import regex
 
 from .json_scan import WHITESPACE
+from .layout_reader import Reader, Resume, Tail, compiled, json_value_end
 from .values import typed_value
 
 
@@ -34,72 +40,15 @@ class Found:
 
 @dataclass
 class Scan:
-    calls: list[Found] = field(default_factory=list)
+    calls: list[Found] = field(default_factory=list)  # from the `first` call of the block
     end: int | None = None  # where the block ended; None: it goes on (or is cut off)
     broken: bool = False  # the text is no block of this layout (told as content)
+    first: int = 0  # calls of the block read before (by a scan it resumed)
+    resume: Resume | None = None  # where a later scan of the grown block may start
+    tail: Tail | None = None  # the long value it stopped inside, if any
 
 
 Schemas = Mapping[str, Mapping[str, Any]]  # tool name -> its parameters' JSON schema
-
-
-class _Reader:
-    """A position in the block text, with the partial-match checks every layout needs."""
-
-    def __init__(self, text: str, final: bool, noise: tuple[str, ...]) -> None:
-        self.text, self.final, self.noise, self.pos = text, final, noise, 0
-        self.waiting = False  # the text ends where more is needed
-
-    def skip(self, chars: str = WHITESPACE) -> None:
-        while True:
-            start = self.pos
-            while self.pos < len(self.text) and self.text[self.pos] in chars:
-                self.pos += 1
-            rest = self.text[self.pos :]
-            for n in self.noise:
-                if rest.startswith(n):
-                    self.pos += len(n)
-                elif rest and n.startswith(rest) and not self.final:
-                    self.waiting = True  # a cut-off marker: what follows is not known yet
-            if self.pos == start:
-                return
-
-    @property
-    def at_end(self) -> bool:
-        return self.pos >= len(self.text)
-
-    def literal(self, marker: str) -> bool:
-        """Reads the marker if it is next; a cut-off one sets `waiting`."""
-        if not marker:
-            return False
-        if self.text.startswith(marker, self.pos):
-            self.pos += len(marker)
-            return True
-        rest = self.text[self.pos :]
-        if rest and marker.startswith(rest) and not self.final:
-            self.waiting = True
-        return False
-
-    def pattern(self, compiled: regex.Pattern[str]) -> regex.Match[str] | None:
-        """The pattern's full match here; a cut-off one sets `waiting`."""
-        m = compiled.match(self.text, self.pos, partial=not self.final)
-        if m is None:
-            return None
-        if m.partial:
-            self.waiting = True
-            return None
-        self.pos = m.end()
-        return m
-
-    def until(self, marker: str) -> str | None:
-        """The text up to the marker, which is read past; None while it has not come."""
-        at = self.text.find(marker, self.pos)
-        if at < 0:
-            self.waiting = not self.final
-            return None
-        value, self.pos = self.text[self.pos : at], at + len(marker)
-        for n in self.noise:
-            value = value.replace(n, "")
-        return value
 
 
 @dataclass(frozen=True)
@@ -112,10 +61,14 @@ class Layout:
     separators: str = ""
     noise: tuple[str, ...] = ()  # markers between any two pieces, read past
 
-    def scan(self, text: str, schemas: Schemas, final: bool) -> Scan:
-        r = _Reader(text, final, self.noise)
-        out = Scan()
-        if self.start and r.pattern(_compiled(self.start)) is None and r.waiting:
+    def scan(self, text: str, schemas: Schemas, final: bool,
+             resume: Resume | None = None) -> Scan:
+        """The calls in `text`; from `resume` (a point an earlier scan of the same block
+        gave) when it is given, the block's text before it read already."""
+        r = Reader(text, final, self.noise, resume.pos if resume else 0)
+        out = Scan(first=resume.calls if resume else 0)
+        if resume is None and self.start and r.pattern(compiled(self.start)) is None \
+                and r.waiting:
             return out
         while True:
             r.skip(WHITESPACE + self.separators)
@@ -131,15 +84,18 @@ class Layout:
             if r.waiting:
                 return out
             before = r.pos
+            if out.first + len(out.calls):  # the calls before are complete: go on from here
+                out.resume = Resume(before, out.first + len(out.calls))
             ok = self.read_call(r, out, schemas)
             if r.waiting:
+                out.tail = r.tail
                 return out
             if not ok:
-                out.broken = not out.calls
+                out.broken = not (out.calls or out.first)
                 out.end = before
                 return out
 
-    def read_call(self, r: _Reader, out: Scan, schemas: Schemas) -> bool:
+    def read_call(self, r: Reader, out: Scan, schemas: Schemas) -> bool:
         raise NotImplementedError
 
 
@@ -152,10 +108,10 @@ class NamedJson(Layout):
     closes: tuple[str, ...] = ()
     arguments: Callable[[str], str | None] | None = None  # non-JSON arguments, decoded
 
-    def read_call(self, r: _Reader, out: Scan, schemas: Schemas) -> bool:
+    def read_call(self, r: Reader, out: Scan, schemas: Schemas) -> bool:
         m = None
         for pattern in self.opens:
-            m = r.pattern(_compiled(pattern))
+            m = r.pattern(compiled(pattern))
             if m is not None or r.waiting:
                 break
         if m is None:
@@ -165,18 +121,21 @@ class NamedJson(Layout):
         r.skip()
         if self.arguments is not None:
             return self._read_other(r, call)
-        rest = r.text[r.pos :]
-        end = json_value_end(rest, r.final)
-        call.arguments = rest if end is None else rest[:end]
+        end, reading = json_value_end(r.text, r.final, r.pos)
         if end is None:
+            call.arguments = r.text[r.pos :]
             r.pos, r.waiting = len(r.text), not r.final
+            if reading is not None and r.waiting:
+                # Everything up to the value's end is its arguments: told as it comes.
+                r.tail = Tail(len(out.calls) - 1, json=reading)
             return True
-        r.pos += end
+        call.arguments = r.text[r.pos : end]
+        r.pos = end
         call.done = True
         self._read_closes(r)
         return True
 
-    def _read_other(self, r: _Reader, call: Found) -> bool:
+    def _read_other(self, r: Reader, call: Found) -> bool:
         assert self.arguments is not None
         raw = r.until(self.closes[0])
         if raw is None:
@@ -186,7 +145,7 @@ class NamedJson(Layout):
         self._read_closes(r)
         return True
 
-    def _read_closes(self, r: _Reader) -> None:
+    def _read_closes(self, r: Reader) -> None:
         read = True
         while read and not r.waiting:
             r.skip()
@@ -205,8 +164,8 @@ class XmlParameters(Layout):
     parameter: str = ""
     parameter_end: str = ""
 
-    def read_call(self, r: _Reader, out: Scan, schemas: Schemas) -> bool:
-        m = r.pattern(_compiled(self.open))
+    def read_call(self, r: Reader, out: Scan, schemas: Schemas) -> bool:
+        m = r.pattern(compiled(self.open))
         if m is None:
             return False
         call = Found(m["name"].strip(), "{")
@@ -221,7 +180,7 @@ class XmlParameters(Layout):
             if r.waiting or r.at_end:
                 r.waiting = not r.final
                 return True  # cut off: as far as it got
-            p = r.pattern(_compiled(self.parameter))
+            p = r.pattern(compiled(self.parameter))
             if p is None:
                 if not r.waiting:  # not a parameter: the call ends with what it had
                     call.arguments += "}"
@@ -235,14 +194,13 @@ class XmlParameters(Layout):
             member = json.dumps(key, ensure_ascii=False) + ": " + typed_value(value, schema)
             call.arguments += member if call.arguments == "{" else ", " + member
 
-    def _closes(self, r: _Reader) -> bool:
+    def _closes(self, r: Reader) -> bool:
         """The call's close is next (read past); without one, the block's end."""
         if self.close:
             return r.literal(self.close)
         if self.end and r.text.startswith(self.end, r.pos):
             return True
-        rest = r.text[r.pos :]
-        if rest and self.end.startswith(rest) and not r.final:
+        if r.cut_off(self.end):
             r.waiting = True
         return r.at_end and r.final
 
@@ -251,17 +209,21 @@ class XmlParameters(Layout):
 class Pythonic(Layout):
     """`[name(key=value, …), …]`: LFM2. Read whole once the block's end marker comes."""
 
-    def read_call(self, r: _Reader, out: Scan, schemas: Schemas) -> bool:
-        rest = r.text[r.pos :]
-        at = rest.find(self.end) if self.end else -1
-        if at < 0 and not r.final:
-            r.waiting = True
-            return True
-        calls = _python_calls(rest if at < 0 else rest[:at])
+    def read_call(self, r: Reader, out: Scan, schemas: Schemas) -> bool:
+        if not self.end:
+            if not r.final:
+                r.waiting = True
+                return True
+            at = -1
+        else:
+            at = r.find(self.end)  # waiting for it, a Tail
+            if at < 0 and not r.final:
+                return True
+        calls = _python_calls(r.text[r.pos :] if at < 0 else r.text[r.pos : at])
         if calls is None:
             return False
         out.calls.extend(calls)
-        r.pos += len(rest) if at < 0 else at
+        r.pos = len(r.text) if at < 0 else at
         return True
 
 
@@ -299,39 +261,3 @@ def gemma_arguments(raw: str) -> str | None:
         return json.dumps(json.loads(text), ensure_ascii=False)
     except ValueError:
         return None
-
-
-# Strings, brackets and runs of anything else: a JSON value's end found at C speed.
-_JSON_PIECES = regex.compile(r'"(?:[^"\\]|\\.)*"|[{\[]|[}\]]|[^"{}\[\]]+|"', regex.S)
-_SCALAR = regex.compile(r"[^\s,\]}<]*")
-
-
-def json_value_end(text: str, final: bool) -> int | None:
-    """Where the JSON value that opens the text ends; None while it goes on."""
-    if not text:
-        return None
-    if text[0] not in '{["':
-        end = _SCALAR.match(text).end()
-        return end if end < len(text) or final else None
-    depth = 0
-    for m in _JSON_PIECES.finditer(text):
-        piece = m.group()
-        if piece == '"':
-            return None  # a string still open
-        if piece in "{[":
-            depth += 1
-        elif piece in "}]":
-            depth -= 1
-        if depth == 0:
-            return m.end()
-    return None
-
-
-_PATTERNS: dict[str, regex.Pattern[str]] = {}
-
-
-def _compiled(pattern: str) -> regex.Pattern[str]:
-    compiled = _PATTERNS.get(pattern)
-    if compiled is None:
-        compiled = _PATTERNS[pattern] = regex.compile(pattern)
-    return compiled

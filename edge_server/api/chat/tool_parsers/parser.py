@@ -292,8 +292,9 @@ class ToolCallParser:
                 if call.arguments_key == member.key and not call.arguments_done:
                     call.arguments_done = True
                     if call.string_arguments:
-                        decoded = loads(call.pending)
-                        call.pending = decoded if isinstance(decoded, str) else call.pending
+                        raw = call.take_pending()
+                        decoded = loads(raw)
+                        call.pending = [decoded if isinstance(decoded, str) else raw]
                         call.string_arguments = False
                         self._arguments("")
             elif member.what == "value" and member.key in NAME_KEYS and call.index < 0:
@@ -333,9 +334,10 @@ class ToolCallParser:
         call = self._call
         assert call is not None
         if call.index < 0 or call.string_arguments:
-            call.pending += text
+            call.pending.append(text)
             return
-        text, call.pending = call.pending + text, ""
+        if call.pending:
+            text = call.take_pending() + text
         if text and not call.silent:
             self._out.append(CallArguments(call.index, text))
 
@@ -354,7 +356,7 @@ class ToolCallParser:
     def _end_call(self) -> None:
         call = self._call
         assert call is not None
-        if call.arguments_key is None and not call.pending:
+        if call.arguments_key is None and not "".join(call.pending):
             self._arguments("{}")  # a call without arguments takes none
         self._call, self._object = None, None
 
