@@ -72,9 +72,10 @@ def _with_added(tokens: list[str], types: list[int], scores: list[float] | None,
             scores.append(0.0)
 
 
-def write_model(vocab: Path, out: Path, *, add_control: Sequence[str] = (),
-                add_user: Sequence[str] = (), chat_template: str | None = None,
-                layers: int = 2, width: int = 64, seed: int = 0) -> Path:
+def add_tokenizer(writer: GGUFWriter, vocab: Path, *, add_control: Sequence[str] = (),
+                  add_user: Sequence[str] = (), chat_template: str | None = None) -> int:
+    """Copies the vocab file's `tokenizer.*` keys into `writer` (the markers added, the
+    template replaced where given); returns the vocabulary's size."""
     reader = GGUFReader(str(vocab))
     fields = reader.fields
     tokens = [str(t) for t in _field_value(fields["tokenizer.ggml.tokens"])]
@@ -83,13 +84,7 @@ def write_model(vocab: Path, out: Path, *, add_control: Sequence[str] = (),
               if "tokenizer.ggml.scores" in fields else None)
     _with_added(tokens, types, scores,
                 [(t, CONTROL) for t in add_control] + [(t, USER_DEFINED) for t in add_user])
-
-    rng = np.random.default_rng(seed)
-    n_vocab, n_ff = len(tokens), 2 * width
-    name = f"edge-server-test-vocab-{vocab.stem.removeprefix('ggml-vocab-')}"
-    writer = llama_writer(out, name, context=CONTEXT, width=width, layers=layers, n_ff=n_ff,
-                          heads=HEADS)
-    writer.add_vocab_size(n_vocab)
+    writer.add_vocab_size(len(tokens))
     for key, field in fields.items():
         if not key.startswith("tokenizer.") or key in _SKIPPED:
             continue
@@ -102,7 +97,19 @@ def write_model(vocab: Path, out: Path, *, add_control: Sequence[str] = (),
         writer.add_token_scores(scores)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
+    return len(tokens)
 
+
+def write_model(vocab: Path, out: Path, *, add_control: Sequence[str] = (),
+                add_user: Sequence[str] = (), chat_template: str | None = None,
+                layers: int = 2, width: int = 64, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    n_ff = 2 * width
+    name = f"edge-server-test-vocab-{vocab.stem.removeprefix('ggml-vocab-')}"
+    writer = llama_writer(out, name, context=CONTEXT, width=width, layers=layers, n_ff=n_ff,
+                          heads=HEADS)
+    n_vocab = add_tokenizer(writer, vocab, add_control=add_control, add_user=add_user,
+                            chat_template=chat_template)
     add_llama_weights(writer, rng, n_vocab=n_vocab, width=width, layers=layers, n_ff=n_ff,
                       tied=True)
     return write_out(writer, out)

@@ -237,6 +237,26 @@ def vocab_model(vocab: str, *, add_control: tuple[str, ...] = (),
     return out
 
 
+def arch_model(arch: str, vocab: str = "phi-3") -> Path:
+    """A tiny random model of llama.cpp architecture `arch` (qwen35, lfm2, nemotron_h,
+    granitehybrid, mamba2, qwen3moe, gemma3: scripts/make_test_arch_model.py) with the
+    real tokenizer and chat template of `models/ggml-vocab-<vocab>.gguf`, built once
+    into the same cache as vocab_model's, keyed by the scripts' code."""
+    sources = llama_sources()
+    scripts = [ROOT / "scripts" / name for name in (
+        "make_test_arch_model.py", "make_test_vocab_model.py", "gguf_test_weights.py")]
+    key = hashlib.sha256(json.dumps(
+        [arch, vocab, *(path.read_text() for path in scripts)]).encode()).hexdigest()[:16]
+    out = sources.parent / "test-models" / f"{arch}-{vocab}-{key}.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(f".{os.getpid()}.part")  # test processes may race
+        load_script("make_test_arch_model").write_model(
+            arch, sources / "models" / f"ggml-vocab-{vocab}.gguf", partial)
+        partial.replace(out)
+    return out
+
+
 def write_test_projector(path: Path, **kwargs: object) -> Path:
     """The tiny random multimodal projector of scripts/make_test_projector.py (test-only;
     its keyword arguments write broken files on purpose)."""

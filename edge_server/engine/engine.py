@@ -151,6 +151,12 @@ class Engine:
         """Tokens one request may use: prompt plus completion, in its own KV stream."""
         return self.model.n_ctx_seq
 
+    def memory_info(self) -> dict[str, object]:
+        """The model's kind of memory, what it allows, and whether drafting is on."""
+        return {**self.model.memory_kind.describe(),
+                "drafting": self.scheduler.draft_max > 0,
+                "draft_max": self.scheduler.draft_max}
+
     def kv_cache_info(self) -> dict[str, str | bool]:
         type_k, type_v = self.model.cache_types
         return {"type_k": type_k, "type_v": type_v, "flash_attn": self.model.flash_attn}

@@ -76,7 +76,7 @@ def decode_next_image(jobs: list[Job], model: LlamaModel, projector: Projector |
         assert projector is not None
         error = decode_image(model, projector, span, job.slot.seq_id,
                              job.request.partition)
-        kv.decoded()
+        kv.decoded({job.slot.seq_id: 0})  # no rollback into an image
         if error is not None:
             return job, error
         job.slot.cached.extend(span.chunk.placeholders)

@@ -76,6 +76,10 @@ class Job:
     posted_at: float | None = None  # when its tokens last went to the caller
     # Waiting for another slot to finish evaluating a shared prefix: (slot, tokens).
     wait_for: tuple[Slot, int] | None = None
+    # Where the prompt's evaluation pauses so its state is saved there (0: nowhere), and
+    # that state: what choices seated later start from (seating.py).
+    pause_at: int = 0
+    prompt_state: bytes | None = None
 
     @property
     def prefilling(self) -> bool:

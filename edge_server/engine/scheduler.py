@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .backend.batch import DecodeBatch
 from .backend.llama_model import LlamaModel
-from .backend.step_cost import StepCost, load_or_measure
+from .backend.step_cost import StepCost, load_or_measure, unmeasured_reason
 from .backend.thread_tuner import ThreadTuner
 from .decode_groups import DecodeGroups
 from .delivery import post_outboxes
@@ -38,7 +38,13 @@ from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
 from .sampling.chain import GrammarError
 from .sampling.logprobs import token_logprob
 from .sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
-from .seating import add_choices, open_job, resolve_wait, seat_pending_choices
+from .seating import (
+    add_choices,
+    open_job,
+    resolve_wait,
+    seat_pending_choices,
+    wants_prompt_state,
+)
 from .step_batch import fill_step_batch, plan_drafts
 from .waiting import WaitingQueue
 
@@ -93,6 +99,16 @@ class Scheduler:
         self.drafts = DraftCounts()
         self.draft_max = settings.draft_max if settings.draft_max >= 0 else (
             DEFAULT_DRAFT_MAX if model.cpu_only else 0)
+        kind = model.memory_kind
+        if self.draft_max > 0 and not kind.drafts:
+            # A rejected draft could not be removed from this memory (memory_kind.py).
+            log.info("lookup drafting off: a %s model's memory (%s) cannot take back a "
+                     "rejected draft", kind.kind, kind.arch)
+            self.draft_max = 0
+        elif self.draft_max > kind.draft_limit(self.draft_max):
+            log.info("drafts at most %d deep: what llama.cpp can roll back of a %s model's "
+                     "last decode (%s)", kind.rollback, kind.kind, kind.arch)
+            self.draft_max = kind.draft_limit(self.draft_max)
         # Replaced on the engine thread by this machine's measured cost (step_cost.py).
         self.step_cost = StepCost.fixed_model(STEP_COST_IN_ROWS)
         self._step_cost_file = step_cost_file
@@ -208,8 +224,8 @@ class Scheduler:
                 self.groups = DecodeGroups(measured.widths)
             elif self._step_cost_file is not None and self.draft_max > 0:
                 # Unmeasured, a guessed cost could make drafting lose: none this run.
-                log.warning("decode step cost not measured (machine too busy?): lookup "
-                            "drafting off until the next start")
+                log.warning("decode step cost not measured (%s): lookup drafting off until "
+                            "the next start", unmeasured_reason(self.model))
                 self.draft_max = 0
         self._ready.set()
         while self._waiting.wait_for_work(bool(self._jobs)):
@@ -240,7 +256,8 @@ class Scheduler:
         if not self._jobs:
             return
         batch = self._batch
-        plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost)
+        plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost,
+                    self.kv.kind)
         step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding,
                                self.groups)
         if batch.size == 0:
@@ -248,7 +265,7 @@ class Scheduler:
         self.grouped_steps += step.grouped
 
         status = self.threads.decode(self.model, batch)
-        self.kv.decoded()
+        self.kv.decoded(batch.rows_per_sequence())
         if status != 0:
             # Streams are sized so that checked requests fit: this is llama.cpp failing.
             for job in list(self._jobs):
@@ -260,14 +277,19 @@ class Scheduler:
                 job.score_prompt(self.model, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
+            self._save_prompt_state(job)
             job.report_progress()
             if not job.prefilling:
                 self._start_choices(job)
         for job, choice in step.firsts:
+            if job not in self._jobs:  # ended meanwhile (an abort)
+                continue
             self._record_decoded(choice, choice.first_from)
             choice.first_from = -1
             self._on_token(job, choice, choice.row)
         for job, choice in step.decoding:
+            if job not in self._jobs:
+                continue
             self._record_decoded(choice, choice.next_token)
             self._take_tokens(job, choice)
         self._finish_done_jobs()
@@ -289,7 +311,11 @@ class Scheduler:
             self.drafts.accepted += kept
             if kept < len(drafts):
                 assert choice.slot is not None
-                self.kv.drop_unconfirmed(choice.slot)
+                if not self.kv.drop_unconfirmed(choice.slot, len(drafts) - kept):
+                    # Never expected (drafts are never deeper than a rollback reaches):
+                    # the stream lost its tokens, so the sequence cannot go on.
+                    self._abort(job, EngineError("llama.cpp could not remove rejected "
+                                                 "draft tokens", status=500))
 
     @staticmethod
     def _record_decoded(choice: Choice, token: int) -> None:
@@ -308,8 +334,11 @@ class Scheduler:
         for choice in job.choices:
             if choice.slot is None:
                 continue
-            if choice.slot is not job.slot:
-                self.kv.copy_prefix(job.slot, choice.slot, len(prompt))
+            if choice.slot is not job.slot and not self.kv.copy_prefix(
+                    job.slot, choice.slot, len(prompt)):
+                self._abort(job, EngineError("llama.cpp could not copy a prompt's cache "
+                                             "to another choice", status=500))
+                return
             choice.position = len(prompt)
             self._on_token(job, choice, job.prompt_row)
 
@@ -396,6 +425,9 @@ class Scheduler:
         job.report_progress()  # the cached share, before any evaluation
         try:
             add_choices(job, self.model, self.vocab, free, others_waiting)
+            if wants_prompt_state(self.kv, job):
+                job.pause_at = len(job.request.prompt_tokens) - 1
+                self._save_prompt_state(job)
         except GrammarError as exc:
             self._abort(job, EngineError(str(exc), status=400, code="invalid_grammar"))
         except Exception:
@@ -406,11 +438,20 @@ class Scheduler:
         for job in self._jobs:
             if job.wait_for is not None:
                 resolve_wait(self.kv, job)
+                self._save_prompt_state(job)
+
+    def _save_prompt_state(self, job: Job) -> None:
+        """Saves the job's state where its prompt evaluation paused for it (seating.py)."""
+        if job.pause_at and job.prefill_at == job.pause_at and job.wait_for is None:
+            job.prompt_state = self.model.seq_state(job.slot.seq_id)
+            job.pause_at = 0
 
     def _seat_pending_choices(self) -> None:
         # Free slots go to waiting choices only while no new request waits for one.
         free = [] if len(self._waiting) else self.kv.free_slots()
-        seat_pending_choices(self.kv, self.model, self._jobs, free)
+        for job in seat_pending_choices(self.kv, self._jobs, free):
+            self._abort(job, EngineError("a choice's prompt could not be restored",
+                                         status=500))
 
     def _release(self, job: Job) -> None:
         for choice in job.choices:

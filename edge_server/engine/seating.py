@@ -1,13 +1,19 @@
 """Where a request's sequences start: a slot for its prompt (with the longest cached
 prefix copied in, or a wait for a slot evaluating the same prefix right now), and slots
 for its n choices. The scheduler decides when; this module decides where.
+
+A choice seated after its request's prompt was evaluated starts on a stream that holds
+the prompt but its last token (evaluated again for the choice's first logits): a cut of
+a stream holding the prompt, or a copy cut short. Where the memory cannot cut
+(memory_kind.py), the prompt's evaluation pauses one token before its end, so that the
+state there is saved for them (`Job.prompt_state`).
 """
 
 from __future__ import annotations
 
 from .backend.llama_model import LlamaModel, Vocab
 from .jobs import Choice, Job, choice_seed
-from .kv.slots import PrefixSource, Slot, SlotTable, common_prefix
+from .kv.slots import Slot, SlotTable, common_prefix
 from .request import RequestHandle
 from .sampling.chain import resolve_seed
 from .sampling.full_vocab import build_sampler
@@ -33,10 +39,11 @@ def open_job(kv: SlotTable, handle: RequestHandle, free: list[Slot]) -> Job:
     slot.busy = True
     job = Job(request, handle, slot, [], prefill_at=0)
     limit = _prefill_limit(job)
-    source = kv.best_source(prompt, slot, partition)
-    upcoming, shared = kv.upcoming_source(prompt, partition)
-    if upcoming is not None and min(shared, limit) >= source.length + _MIN_SHARED_PREFIX:
-        job.wait_for = (upcoming, min(shared, limit))  # evaluate it once, then copy
+    source = kv.best_source(prompt, slot, partition, limit)
+    upcoming, shared = kv.upcoming_source(prompt, partition, limit)
+    if upcoming is not None and shared >= source.length + _MIN_SHARED_PREFIX:
+        job.wait_for = (upcoming, shared)  # evaluate it once, then copy
+        kv.hold(upcoming, shared)
     else:
         job.prefill_at = kv.fill(slot, prompt, source, limit=limit, partition=partition)
         slot.target = list(prompt)  # later identical prompts may wait for this one
@@ -78,24 +85,23 @@ def resolve_wait(kv: SlotTable, job: Job) -> None:
     prompt, partition = job.request.prompt_tokens, job.request.partition
     if not kv.can_copy_from(source):
         return  # its own copy lands with the next decode
-    if common_prefix(source.cached_for(partition), prompt) >= length:
-        found = PrefixSource(length, slot=source)
-    elif source.partition == partition and source.target[:length] == prompt[:length]:
+    if (len(source.cached) < length and source.partition == partition
+            and source.target[:length] == prompt[:length]):
         return  # still evaluating it
-    else:
-        found = kv.best_source(prompt, job.slot, partition)
+    limit = _prefill_limit(job)
     job.wait_for = None
-    job.prefill_at = kv.fill(job.slot, prompt, found, limit=_prefill_limit(job),
-                             partition=partition)
+    job.prefill_at = kv.fill(job.slot, prompt, kv.best_source(prompt, job.slot, partition, limit),
+                             limit=limit, partition=partition)
     job.handle.usage.cached_tokens = job.prefill_at
     job.slot.target = list(prompt)
 
 
-def seat_pending_choices(kv: SlotTable, model: LlamaModel, jobs: list[Job],
-                         free: list[Slot]) -> None:
+def seat_pending_choices(kv: SlotTable, jobs: list[Job], free: list[Slot]) -> list[Job]:
     """Choices beyond the free slots start on their request's own sequences as its
     earlier choices finish, or on `free` slots (shared fairly among the requests that
-    have choices waiting)."""
+    have choices waiting). Returns the jobs whose choice could not be given its prompt
+    (never expected: the caller ends them)."""
+    failed: list[Job] = []
     ready = [j for j in jobs if j.pending_choices() and not j.prefilling and j.wait_for is None]
     share = -(-len(free) // len(ready)) if ready else 0
     for job in ready:
@@ -107,11 +113,33 @@ def seat_pending_choices(kv: SlotTable, model: LlamaModel, jobs: list[Job],
         free = free[len(extra):]
         for slot, choice in zip(done_slots + extra, pending, strict=False):
             slot.busy = True
-            if common_prefix(slot.cached_for(job.request.partition), prompt) < len(prompt) - 1:
-                kv.copy_prefix(job.slot, slot, len(prompt) - 1)
-            else:
-                model.seq_remove(slot.seq_id, len(prompt) - 1, -1)
-                del slot.cached[len(prompt) - 1 :]
             choice.slot = slot
+            if not _hold_prompt_but_last(kv, job, slot):
+                failed.append(job)
+                break
             choice.position = len(prompt) - 1
             choice.first_from = prompt[-1]
+    return failed
+
+
+def _hold_prompt_but_last(kv: SlotTable, job: Job, slot: Slot) -> bool:
+    """Makes `slot` hold the job's prompt but its last token: cut there, copied from the
+    job's slot, or restored from the state saved there."""
+    prompt, partition = job.request.prompt_tokens, job.request.partition
+    keep = len(prompt) - 1
+    mine = slot.cached_for(partition)
+    if common_prefix(mine, prompt) >= keep and kv.can_cut(slot, keep):
+        kv.trim(slot, keep)
+        return len(slot.cached) == keep
+    if kv.kind.cuts_anywhere:
+        return kv.copy_prefix(job.slot, slot, keep)
+    if job.prompt_state is None:
+        return False
+    return kv.restore_state(slot, job.prompt_state, prompt[:keep], partition)
+
+
+def wants_prompt_state(kv: SlotTable, job: Job) -> bool:
+    """Whether the job's later choices will need the state one token before its prompt's
+    end saved (a memory that cannot be cut there afterwards)."""
+    return (not kv.kind.cuts_anywhere and bool(job.pending_choices())
+            and job.prompt_state is None and len(job.request.prompt_tokens) > 1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backend.batch import DecodeBatch
+from .backend.memory_kind import MemoryKind
 from .backend.step_cost import StepCost
 from .backend.ubatch_split import small_rows, ubatch_shapes
 from .decode_groups import DecodeGroups
@@ -33,9 +34,14 @@ class StepBatch:
 
 
 def _chunk_end(job: Job, budget: int) -> int:
-    """Where the job's next prompt chunk ends: within `budget`, before its next image."""
-    prompt = job.request.prompt_tokens
-    return text_end(job.request, job.prefill_at, min(len(prompt), job.prefill_at + budget))
+    """Where the job's next prompt chunk ends: within `budget`, before its next image, at
+    a point where its state is to be saved or copied (Job.pause_at, Slot.holds)."""
+    start = job.prefill_at
+    end = min(len(job.request.prompt_tokens), start + budget)
+    for stop in (job.pause_at, *job.slot.holds):
+        if start < stop < end:
+            end = stop
+    return text_end(job.request, start, end)
 
 
 def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
@@ -52,10 +58,12 @@ def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
 
 
 def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
-                cost: StepCost) -> None:
+                cost: StepCost, kind: MemoryKind) -> None:
     """Sets every generating choice's drafts for this step (lookup_draft.py): the same
     number for each, short lookups padded, so the batch stays one graph run. None while
-    a generating request asked for no drafting (one-row numerics for all its tokens)."""
+    a generating request asked for no drafting (one-row numerics for all its tokens).
+    Never deeper than the memory can take back (a recurrent state: a rollback of the
+    decode that verifies them)."""
     generating = [(job, c) for job in jobs for c in job.choices
                   if c.slot is not None and not c.finished and c.next_token >= 0]
     for _, choice in generating:
@@ -65,7 +73,7 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         return
     if any(not job.request.draft for job, _ in generating):
         return
-    most = min(most, (batch.capacity // 2) // len(generating),
+    most = min(kind.draft_limit(most), (batch.capacity // 2) // len(generating),
                *(n_ctx_seq - c.position - 2 for _, c in generating))
     proposals = []
     rates = []

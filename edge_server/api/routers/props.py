@@ -53,6 +53,9 @@ class PropsResponse(BaseModel):
     eos_token: str
     modalities: Modalities
     build_info: str
+    # This server's own: the model's kind of memory (attention, sliding_window,
+    # recurrent, hybrid), what a cut may remove, and whether lookup drafting is on.
+    memory: dict[str, Any]
 
 
 def _build_info() -> str:
@@ -82,6 +85,7 @@ def model_props(engine: Engine) -> PropsResponse:
         modalities=Modalities(vision="image" in engine.modalities,
                               audio="audio" in engine.modalities),
         build_info=_build_info(),
+        memory=engine.memory_info(),
     )
 
 

@@ -69,6 +69,11 @@ class DecodeBatch:
         """Rows that ask for logits."""
         return int(np.count_nonzero(self.want_logits[:self.size]))
 
+    def rows_per_sequence(self) -> dict[int, int]:
+        """How many rows of the batch each sequence has."""
+        seqs, counts = np.unique(self.seq_ids[: self.size], return_counts=True)
+        return {int(s): int(c) for s, c in zip(seqs, counts, strict=True)}
+
     def decode(self, ctx: lc.llama_context_p) -> int:
         """Run llama_decode over the batch: 0 ok, 1 no room in the KV cache, <0 error."""
         self.struct.n_tokens = self.size

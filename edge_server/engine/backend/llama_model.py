@@ -19,6 +19,7 @@ from . import rpc_guard
 from .batch import DecodeBatch
 from .context_size import bytes_per_cell, request_context
 from .cpu_probe import extra_buffers_safe
+from .memory_kind import ROLLBACK_TOKENS, MemoryKind, memory_kind
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 from .runtime import init_backend, log_buffer_sizes, recording_buffers
 
@@ -44,6 +45,9 @@ class ContextSettings:
     rpc: tuple[Endpoint, ...] = ()  # llama.cpp RPC servers that hold layers too
     cache_type_k: str = "f16"  # KV cache element types (KV_CACHE_TYPES)
     cache_type_v: str = "f16"
+    # Tokens of a sequence's last decode its recurrent state may be rolled back by, where
+    # the architecture allows it (llama.cpp's n_rs_seq; memory_kind.py); 0: never.
+    rollback: int = ROLLBACK_TOKENS
 
 
 # llama-server's --cache-type-k / --cache-type-v choices, as ggml type ids.
@@ -199,6 +203,8 @@ class LlamaModel:
         self.vocab = Vocab(lc.llama_model_get_vocab(model))
         self.n_ctx_train: int = lc.llama_model_n_ctx_train(model)
         self.metadata = self._read_metadata()
+        # What a cut, a copy and a draft may do here (made exact below, with the context).
+        self.memory_kind: MemoryKind = memory_kind(model, self.metadata)
 
         n_seq = max(1, min(settings.n_seq_max, lc.llama_max_parallel_sequences()))
         n_ctx = request_context(
@@ -231,6 +237,7 @@ class LlamaModel:
         cparams.type_k = KV_CACHE_TYPES[settings.cache_type_k]
         cparams.type_v = KV_CACHE_TYPES[settings.cache_type_v]
         cparams.no_perf = True
+        cparams.n_rs_seq = settings.rollback if self.memory_kind.can_roll_back else 0
         with recording_buffers() as context_buffers:
             ctx = lc.llama_init_from_model(model, cparams)
         # Bytes of weights (of which the mapped file), KV cache and compute buffers, as
@@ -244,6 +251,7 @@ class LlamaModel:
                 f"{settings.cache_type_k}/{settings.cache_type_v}: a backend may lack them)")
         self.ctx = ctx
         self.memory = lc.llama_get_memory(ctx)
+        self.memory_kind = self.memory_kind.with_rollback(lc.llama_n_rs_seq(ctx))
         self.n_ctx: int = lc.llama_n_ctx(ctx)
         self.n_batch: int = lc.llama_n_batch(ctx)
         self.n_embd: int = lc.llama_model_n_embd_inp(model)  # width of input embeddings
@@ -260,12 +268,15 @@ class LlamaModel:
         self._threads_now = threads
         self.description = self._describe()
         log.info(
-            "loaded %s: n_ctx=%d (%d per sequence) n_seq_max=%d threads=%d",
+            "loaded %s: n_ctx=%d (%d per sequence) n_seq_max=%d threads=%d memory=%s "
+            "(cuts %s)",
             path.name,
             self.n_ctx,
             self.n_ctx_seq,
             self.n_seq_max,
             threads,
+            self.memory_kind.kind,
+            self.memory_kind.cuts(),
         )
 
     @staticmethod
@@ -316,13 +327,24 @@ class LlamaModel:
             self._threads_now = threads
 
     def seq_remove(self, seq_id: int, start: int = -1, end: int = -1) -> bool:
+        """False where the memory cannot remove that range (memory_kind.py): the stream
+        is then as it was."""
         return bool(lc.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
-    def seq_copy_prefix(self, src: int, dst: int, length: int) -> None:
+    def seq_clear(self, seq_id: int) -> None:
+        """Empties a sequence (any kind of memory allows it)."""
+        if not lc.llama_memory_seq_rm(self.memory, seq_id, -1, -1):
+            raise RuntimeError(f"llama.cpp could not clear sequence {seq_id}")
+
+    def seq_copy_prefix(self, src: int, dst: int, length: int) -> bool:
         """dst holds src's first `length` tokens afterwards. Across streams llama.cpp copies
-        whole buffers only (a partial range aborts the process), so copy all, then trim."""
+        whole buffers only (a partial range aborts the process), so copy all, then trim;
+        where the trim is refused (a recurrent state), dst is left empty and False."""
         lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
-        lc.llama_memory_seq_rm(self.memory, dst, length, -1)
+        if lc.llama_memory_seq_rm(self.memory, dst, length, -1):
+            return True
+        self.seq_clear(dst)
+        return False
 
     def seq_state(self, seq_id: int) -> bytes:
         """The KV cells of one sequence, as llama.cpp serialises them."""
@@ -333,13 +355,14 @@ class LlamaModel:
         return ctypes.string_at(buf, written)
 
     def seq_restore(self, seq_id: int, data: bytes, length: int) -> bool:
-        """Loads a saved sequence into seq_id, keeping its first `length` tokens."""
-        lc.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+        """Loads a saved sequence into seq_id, keeping its first `length` tokens; False,
+        and the sequence empty, where it did not load or could not be cut there."""
+        self.seq_clear(seq_id)
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if lc.llama_state_seq_set_data(self.ctx, buf, len(data), seq_id) != len(data):
-            lc.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+        if (lc.llama_state_seq_set_data(self.ctx, buf, len(data), seq_id) != len(data)
+                or not lc.llama_memory_seq_rm(self.memory, seq_id, length, -1)):
+            self.seq_clear(seq_id)
             return False
-        lc.llama_memory_seq_rm(self.memory, seq_id, length, -1)
         return True
 
     def decode(self, batch: DecodeBatch) -> int:

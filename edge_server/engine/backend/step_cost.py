@@ -164,6 +164,17 @@ def load_or_measure(model: LlamaModel, path: Path | None) -> StepCost | None:
     return measured
 
 
+def unmeasured_reason(model: LlamaModel) -> str:
+    """Why `measure` gave no cost, in words for the log."""
+    needed = _PREFIX_TOKENS + (
+        max(_ROWS_PER_SEQUENCE) + 1 if model.memory_kind.cuts_anywhere
+        else (_REPEATS + 1) * sum(_ROWS_PER_SEQUENCE))
+    if model.n_ctx_seq < needed:
+        return f"a sequence's {model.n_ctx_seq} cells are too few to time it ({needed})"
+    return (f"the machine was too busy to time it within {_BUDGET_SECONDS:.0f} s, or a "
+            "decode failed")
+
+
 def measure(model: LlamaModel) -> StepCost | None:
     """Times steps on empty sequences 0..many-1 and leaves them empty again."""
     many = min(_MANY, model.n_seq_max)
@@ -236,6 +247,14 @@ def _time_shapes(model: LlamaModel, sequences: int, shapes: list[tuple[int, int,
     logits are each sequence's last ones, spread over the sequences."""
     batch = DecodeBatch(max(_PREFIX_TOKENS, max(r for _, r, _ in shapes)) * sequences)
     prefix = [model.vocab.bos if model.vocab.bos >= 0 else 0] * _PREFIX_TOKENS
+    # A recurrent state cannot cut the timed rows again: there each step goes on from the
+    # one before (its cost does not grow with the context; that of a hybrid model's
+    # attention layers grows by a few hundred cells, which a step hardly notices).
+    cut = model.memory_kind.cuts_anywhere
+    if not cut and model.n_ctx_seq < _PREFIX_TOKENS + (repeats + 1) * sum(
+            r for _, r, _ in shapes):
+        return None
+    next_pos = [_PREFIX_TOKENS] * sequences
     for seq in range(sequences):
         model.seq_remove(seq)
         batch.add_span(prefix, 0, seq, logits_last=True)
@@ -248,14 +267,17 @@ def _time_shapes(model: LlamaModel, sequences: int, shapes: list[tuple[int, int,
             for seq in range(n_seqs):
                 with_logits = outputs // n_seqs + (seq < outputs % n_seqs)
                 for i in range(rows):
-                    batch.add(prefix[0], _PREFIX_TOKENS + i, seq,
+                    batch.add(prefix[0], next_pos[seq] + i, seq,
                               logits=i >= rows - with_logits)
             start = time.thread_time()
             status = model.decode(batch)
             if repeat:
                 timings[shape].append(time.thread_time() - start)
             for seq in range(n_seqs):
-                model.seq_remove(seq, _PREFIX_TOKENS)
+                if cut:
+                    model.seq_remove(seq, _PREFIX_TOKENS)
+                else:
+                    next_pos[seq] += rows
             if status != 0 or time.monotonic() > deadline:
                 return None
     return tuple(min(t) for t in timings)

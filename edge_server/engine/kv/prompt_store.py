@@ -20,6 +20,7 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,15 +120,20 @@ class PromptStore:
         self._shrink(keep=entry)
         return data
 
-    def best(self, prompt: list[int], partition: str) -> tuple[StoredPrefix | None, int]:
-        """The entry of `partition` sharing the longest prefix with `prompt`, and that
-        length."""
+    def best(self, prompt: list[int], partition: str,
+             usable: Callable[[int, int], int] | None = None
+             ) -> tuple[StoredPrefix | None, int]:
+        """The entry of `partition` giving the longest prefix of `prompt`, and that length:
+        the prefix it shares, or `usable(len(entry.tokens), shared)` of it (what a state
+        that cannot be cut gives)."""
         best: StoredPrefix | None = None
         length = 0
         for entry in self._entries:
             if entry.partition != partition:
                 continue
             n = common_prefix(entry.tokens, prompt)
+            if usable is not None:
+                n = usable(len(entry.tokens), n)
             if n > length:
                 best, length = entry, n
         return best, length

@@ -6,6 +6,13 @@ Each slot is one sequence with a KV stream of its own. A slot keeps its tokens a
 request, so the next request sharing a prefix (a system prompt, a growing chat)
 evaluates only its new tail. The scheduler decides *when*; this module keeps the books
 and issues the llama.cpp memory calls.
+
+What a stream allows depends on the model's memory (backend/memory_kind.py): attention
+streams are cut anywhere; a recurrent state only by a rollback of the sequence's last
+decode (`Slot.room` tokens), or not at all. A prefix is only ever taken where it can be
+had exactly: cut there, or a whole stream (or saved prefix) that is exactly that
+prefix. Where a cut fails anyway, the stream is cleared with its token list, so the
+books never claim cells the stream does not hold.
 """
 
 from __future__ import annotations
@@ -42,6 +49,15 @@ class Slot:
     target: list[int] = field(default_factory=list)
     # Whose prompts `cached` holds: only requests of this partition may reuse them.
     partition: str = ""
+    # Tokens at the stream's end that may be cut now, on a recurrent state that rolls
+    # back (those of its last decode but one, llama.cpp's n_rs_seq at most).
+    room: int = 0
+    # A rollback waits for the sequence's next decode: until then its state must not be
+    # copied (llama.cpp would copy the state from before the rollback).
+    rolled_back: bool = False
+    # Where this slot's prompt evaluation pauses for a step, so that requests waiting
+    # for that prefix copy the whole stream there (a state that cannot be cut).
+    holds: set[int] = field(default_factory=set)
 
     def cached_for(self, partition: str) -> list[int]:
         """What this stream holds that a request of `partition` may reuse."""
@@ -58,9 +74,27 @@ class PrefixSource:
 class SlotTable:
     def __init__(self, model: LlamaModel, store: PromptStore) -> None:
         self.model = model
+        self.kind = model.memory_kind
         self.store = store
         self.slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
         self._copied_into: set[int] = set()  # streams whose copy waits for the next decode
+
+    # --- what can be had exactly -----------------------------------------------------------
+
+    def can_cut(self, slot: Slot, keep: int) -> bool:
+        """Whether the slot's stream can keep its first `keep` tokens (the rest cut)."""
+        drop = len(slot.cached) - keep
+        return drop <= 0 or keep == 0 or self.kind.cuts_anywhere or drop <= slot.room
+
+    def usable(self, held: int, common: int, *, own: Slot | None = None) -> int:
+        """Of a stream (or saved prefix) of `held` tokens sharing `common` with a prompt,
+        the longest prefix it can give exactly: any where streams cut anywhere; else all
+        of it if it is all shared, or (`own`: the slot itself) within its rollback room."""
+        if self.kind.cuts_anywhere or common >= held:
+            return common
+        if own is not None and held - common <= own.room:
+            return common
+        return 0
 
     # --- choosing and filling a slot -------------------------------------------------------
 
@@ -74,7 +108,8 @@ class SlotTable:
         step; each gap costs another (see step_batch)."""
         def kept_share(slot: Slot) -> float:
             mine = slot.cached_for(partition)
-            return common_prefix(mine, prompt) / len(mine) if mine else 0
+            kept = self.usable(len(mine), common_prefix(mine, prompt), own=slot)
+            return kept / len(mine) if mine else 0
 
         best = max(free, key=kept_share)
         if kept_share(best) >= _REUSE_SHARE:
@@ -86,87 +121,153 @@ class SlotTable:
 
         return min(free, key=lambda s: (-busy_neighbours(s), bool(s.cached), s.last_used))
 
-    def best_source(self, prompt: list[int], dst: Slot, partition: str) -> PrefixSource:
-        """Where the longest prefix of `prompt` that `partition` may reuse is available
-        right now."""
-        best = PrefixSource(common_prefix(dst.cached_for(partition), prompt), slot=dst)
+    def _own(self, slot: Slot, prompt: list[int], partition: str, limit: int) -> int:
+        mine = slot.cached_for(partition)
+        return self.usable(len(mine), min(common_prefix(mine, prompt), limit), own=slot)
+
+    def best_source(self, prompt: list[int], dst: Slot, partition: str,
+                    limit: int) -> PrefixSource:
+        """Where the longest prefix of `prompt` (at most `limit` tokens) that `partition`
+        may reuse can be had exactly right now."""
+        best = PrefixSource(self._own(dst, prompt, partition, limit), slot=dst)
         for slot in self.slots:
-            if slot is dst or slot.seq_id in self._copied_into:
+            if slot is dst or not self.can_copy_from(slot):
                 continue
-            n = common_prefix(slot.cached_for(partition), prompt)
+            mine = slot.cached_for(partition)
+            n = self.usable(len(mine), min(common_prefix(mine, prompt), limit))
             if n > best.length:
                 best = PrefixSource(n, slot=slot)
-        stored, n = self.store.best(prompt, partition)
+        stored, n = self.store.best(prompt[:limit], partition, self.usable)
         if stored is not None and n > best.length and len(stored.tokens) <= self.model.n_ctx_seq:
             best = PrefixSource(n, stored=stored)
         return best
 
-    def upcoming_source(self, prompt: list[int], partition: str) -> tuple[Slot | None, int]:
-        """A slot of `partition` still evaluating a prompt that shares a longer prefix than
-        is cached."""
+    def upcoming_source(self, prompt: list[int], partition: str,
+                        limit: int) -> tuple[Slot | None, int]:
+        """A slot of `partition` still evaluating a prompt that shares a longer prefix
+        than is cached, and that prefix (at most `limit`): where its state cannot be cut,
+        only a slot that has not passed it yet (it pauses there, `hold`)."""
         best: Slot | None = None
         length = 0
         for slot in self.slots:
             if (slot.target and len(slot.cached) < len(slot.target)
                     and slot.partition == partition):
-                n = common_prefix(slot.target, prompt)
-                if n > length:
+                n = min(common_prefix(slot.target, prompt), limit)
+                if n > length and (self.kind.cuts_anywhere or len(slot.cached) <= n):
                     best, length = slot, n
         return best, length
+
+    def hold(self, slot: Slot, length: int) -> None:
+        """The slot's prompt evaluation pauses at `length` (see Slot.holds), where a cut
+        would not give that prefix."""
+        if not self.kind.cuts_anywhere and length > len(slot.cached):
+            slot.holds.add(length)
 
     def fill(self, slot: Slot, prompt: list[int], source: PrefixSource, *, limit: int,
              partition: str) -> int:
         """Makes `slot` hold the longest usable prefix of `prompt` (at most `limit` tokens)
         from `source` for a request of `partition`; returns how many prompt tokens it now
         holds."""
-        own = common_prefix(slot.cached_for(partition), prompt)
+        own = self._own(slot, prompt, partition, limit)
         length = min(source.length, limit)
         if source.slot is not slot and length >= own + _MIN_COPY_GAIN:
             if source.slot is not None:
-                self.copy_prefix(source.slot, slot, length)
-                return length
-            assert source.stored is not None
-            # Read from its file on first use; gone or corrupt there, the slot is as it was.
-            data = self.store.load(source.stored)
-            if data is not None:
-                self.spill(slot, keep=0)
-                slot.partition = partition
-                if self.model.seq_restore(slot.seq_id, data, length):
-                    source.stored.last_used = time.monotonic()
-                    slot.cached = source.stored.tokens[:length]
+                if self.copy_prefix(source.slot, slot, length):
                     return length
-                log.warning("a saved prompt prefix did not load; evaluating it again")
-                slot.cached = []
                 own = 0
-        keep = min(own, limit)
-        self.trim(slot, keep)  # spilled, if long, under its old partition
+            else:
+                assert source.stored is not None
+                if self._restore(slot, source.stored, length, partition):
+                    return length
+                own = 0
+        self.trim(slot, own)  # spilled, if long, under its old partition
         slot.partition = partition
-        return keep
+        return len(slot.cached)
 
-    def copy_prefix(self, src: Slot, dst: Slot, length: int) -> None:
+    def _restore(self, slot: Slot, stored: StoredPrefix, length: int, partition: str) -> bool:
+        """Loads `stored`'s first `length` tokens into the slot (read from its file on
+        first use); False, and the slot empty, where that failed."""
+        data = self.store.load(stored)
+        if data is None:  # gone or corrupt there: the slot is as it was
+            return False
+        self.spill(slot, keep=0)
+        slot.partition = partition
+        self._reset(slot)
+        if self.model.seq_restore(slot.seq_id, data, length):
+            stored.last_used = time.monotonic()
+            slot.cached = stored.tokens[:length]
+            return True
+        log.warning("a saved prompt prefix did not load; evaluating it again")
+        return False
+
+    def restore_state(self, slot: Slot, data: bytes, tokens: list[int], partition: str) -> bool:
+        """Loads a sequence state saved earlier (exactly `tokens`) into the slot."""
+        self.spill(slot, keep=0)
+        slot.partition = partition
+        self._reset(slot)
+        if not tokens:
+            return True
+        if self.model.seq_restore(slot.seq_id, data, len(tokens)):
+            slot.cached = list(tokens)
+            return True
+        return False
+
+    def copy_prefix(self, src: Slot, dst: Slot, length: int) -> bool:
         """dst's stream gets src's first `length` tokens (the buffer copy runs with the
-        next decode, so dst is no source for others until then)."""
+        next decode, so dst is no source for others until then). A stream that cannot be
+        cut is copied whole: `length` must be all it holds. False: dst is empty."""
         self.spill(dst, keep=0)
-        self.model.seq_copy_prefix(src.seq_id, dst.seq_id, length)
+        self._reset(dst)
+        if not self.kind.cuts_anywhere and length != len(src.cached):
+            return False
+        if not self.model.seq_copy_prefix(src.seq_id, dst.seq_id, length):
+            log.error("llama.cpp refused a copy of %d tokens; evaluating them again", length)
+            return False
         dst.cached = src.cached[:length]
         dst.partition = src.partition
         self._copied_into.add(dst.seq_id)
+        return True
 
     def can_copy_from(self, slot: Slot) -> bool:
-        return slot.seq_id not in self._copied_into
+        return slot.seq_id not in self._copied_into and not slot.rolled_back
 
     def trim(self, slot: Slot, keep: int) -> None:
-        """Keeps the first `keep` tokens of a slot's stream (spilling what goes, if long)."""
+        """Keeps the first `keep` tokens of a slot's stream (spilling what goes, if long);
+        where the memory cannot cut there, the stream is emptied."""
         if keep < len(slot.cached):
             self.spill(slot, keep)
-            if not self.model.seq_remove(slot.seq_id, keep, -1):
-                self.model.seq_remove(slot.seq_id)
-                keep = 0
-            del slot.cached[keep:]
+            self._cut(slot, keep)
 
-    def drop_unconfirmed(self, slot: Slot) -> None:
-        """Removes the cells past what the slot holds for sure: draft tokens not kept."""
-        self.model.seq_remove(slot.seq_id, len(slot.cached), -1)
+    def _cut(self, slot: Slot, keep: int) -> None:
+        if keep > 0 and self.can_cut(slot, keep):
+            rolls_back = not self.kind.cuts_anywhere
+            if self.model.seq_remove(slot.seq_id, keep, -1):
+                del slot.cached[keep:]
+                if rolls_back:
+                    slot.room, slot.rolled_back = 0, True
+                return
+            log.error("llama.cpp refused to cut a stream at %d tokens; emptying it", keep)
+        self._reset(slot)
+
+    def _reset(self, slot: Slot) -> None:
+        """Empties the slot's stream and its books."""
+        self.model.seq_clear(slot.seq_id)
+        slot.cached = []
+        slot.room, slot.rolled_back = 0, False
+
+    def drop_unconfirmed(self, slot: Slot, rejected: int) -> bool:
+        """Removes the `rejected` cells past what the slot holds for sure: draft tokens
+        not kept, which the decode just written. False where that failed: the stream
+        and its books are emptied, and the sequence cannot go on."""
+        cells = len(slot.cached) + rejected
+        if (self.kind.cuts_anywhere or rejected <= slot.room) and self.model.seq_remove(
+                slot.seq_id, len(slot.cached), -1):
+            if not self.kind.cuts_anywhere:
+                slot.room, slot.rolled_back = 0, True
+            return True
+        log.error("llama.cpp refused to remove %d rejected drafts of %d cells", rejected, cells)
+        self._reset(slot)
+        return False
 
     def spill(self, slot: Slot, keep: int) -> None:
         """Saves a long prefix to host RAM before it is overwritten past `keep` tokens,
@@ -185,20 +286,27 @@ class SlotTable:
         self.store.put(StoredPrefix(list(tokens), self.model.seq_state(slot.seq_id),
                                     partition))
 
-    def decoded(self) -> None:
-        """A decode ran: queued stream copies are done."""
+    def decoded(self, rows: dict[int, int] | None = None) -> None:
+        """A decode ran, `rows[seq_id]` tokens of each sequence in it: queued stream copies
+        are done, and those sequences' rollback room is their last decode's."""
         self._copied_into.clear()
+        for seq_id, n in (rows or {}).items():
+            slot = self.slots[seq_id]
+            slot.rolled_back = False
+            slot.room = min(self.kind.rollback, n - 1) if n > 0 else 0
+            slot.holds = {h for h in slot.holds if h > len(slot.cached) + n}
 
     def release(self, slot: Slot) -> None:
         slot.busy = False
         slot.target = []
+        slot.holds = set()
         slot.last_used = time.monotonic()
 
     def forget(self, slot: Slot) -> None:
         """Drops a slot's KV: it may be half-written."""
-        self.model.seq_remove(slot.seq_id)
-        slot.cached = []
+        self._reset(slot)
         slot.target = []
+        slot.holds = set()
 
     def spill_all(self) -> None:
         """Before the context goes away (unload, shutdown): keep what idle slots hold."""
