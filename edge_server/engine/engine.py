@@ -151,6 +151,11 @@ class Engine:
         """Tokens one request may use: prompt plus completion, in its own KV stream."""
         return self.model.n_ctx_seq
 
+    @property
+    def cpu_kernels(self) -> str:
+        """The CPU kernel path the weights run on: amx+repack, repack or plain."""
+        return self.model.cpu_kernels
+
     def kv_cache_info(self) -> dict[str, str | bool]:
         type_k, type_v = self.model.cache_types
         return {"type_k": type_k, "type_v": type_v, "flash_attn": self.model.flash_attn}

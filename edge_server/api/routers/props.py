@@ -53,6 +53,9 @@ class PropsResponse(BaseModel):
     eos_token: str
     modalities: Modalities
     build_info: str
+    # The CPU kernels the weights run on: amx+repack (AMX tiles and AVX repacked
+    # layouts), repack (AVX repacked layouts, no AMX) or plain (llama.cpp's --no-repack).
+    cpu_kernels: str
 
 
 def _build_info() -> str:
@@ -82,6 +85,7 @@ def model_props(engine: Engine) -> PropsResponse:
         modalities=Modalities(vision="image" in engine.modalities,
                               audio="audio" in engine.modalities),
         build_info=_build_info(),
+        cpu_kernels=engine.cpu_kernels,
     )
 
 

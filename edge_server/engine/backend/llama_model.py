@@ -17,7 +17,8 @@ import numpy as np
 
 from . import rpc_guard
 from .context_size import bytes_per_cell, default_context
-from .cpu_probe import extra_buffers_safe
+from .cpu_kernels import PLAIN, placement
+from .cpu_probe import kernel_path
 from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
 from .runtime import init_backend, log_buffer_sizes, recording_buffers
 from .zero_pages import (
@@ -184,8 +185,6 @@ class LlamaModel:
             raise ModelLoadError(f"model file not found: {path}")
         self.path = path
         mparams = lc.llama_model_default_params()
-        system_info = lc.llama_print_system_info().decode(errors="replace")
-        mparams.use_extra_bufts = extra_buffers_safe(path, settings.repack, system_info)
         if settings.n_gpu_layers >= 0:
             mparams.n_gpu_layers = settings.n_gpu_layers
         else:
@@ -193,6 +192,10 @@ class LlamaModel:
         self.rpc = settings.rpc
         # Every layer on this machine's CPU: what lookup drafting's default depends on.
         self.cpu_only = not settings.rpc and (settings.n_gpu_layers == 0 or not _has_gpu())
+        system_info = lc.llama_print_system_info().decode(errors="replace")
+        kernels = kernel_path(path, settings.repack, system_info)
+        weights_at = placement(kernels, path, system_info, cpu_only=self.cpu_only)
+        weights_at.apply(mparams)
         self._devices = self._rpc_devices(settings.rpc)
         if self._devices is not None:
             mparams.devices = self._devices.address
@@ -202,6 +205,11 @@ class LlamaModel:
             rpc_guard.unwatch(settings.rpc)
             raise ModelLoadError(f"llama.cpp could not load {path.name}")
         self.model = model
+        # The path the weights took: `plain` where none landed in a repacked layout.
+        self.cpu_kernels = kernels if buffers.get("repacked") else PLAIN
+        self.repacked_bytes = buffers.get("repacked", 0)
+        log.info("%s: cpu_kernels=%s, %.1f MiB of weights repacked", path.name,
+                 self.cpu_kernels, self.repacked_bytes / 2**20)
         self.vocab = Vocab(lc.llama_model_get_vocab(model))
         self.n_ctx_train: int = lc.llama_model_n_ctx_train(model)
         self.metadata = self._read_metadata()

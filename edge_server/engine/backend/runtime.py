@@ -23,6 +23,10 @@ _log_buffer_sizes = False
 _BUFFER_LINE = re.compile(rb"\b(model|KV|RS|compute|output) buffer size\s*=\s*([0-9.]+) MiB")
 _BUFFER_KIND = {b"model": "weights", b"KV": "kv_cache", b"RS": "kv_cache",
                 b"compute": "compute", b"output": "compute"}
+# "load_tensors: CPU_REPACK model buffer size = 12.66 MiB": weights in a repacked layout
+# (AMX tiles, CPU_REPACK, KleidiAI), also counted as `repacked` (cpu_kernels.py).
+_REPACKED_LINE = re.compile(rb"\b(AMX|\w*REPACK\w*|\w*KLEIDIAI\w*) model buffer size\s*=\s*"
+                            rb"([0-9.]+) MiB")
 _recorder = threading.local()
 
 
@@ -39,6 +43,10 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         if sizes is not None and found:
             kind = _BUFFER_KIND[found.group(1)]
             sizes[kind] = sizes.get(kind, 0) + int(float(found.group(2)) * 2**20)
+            repacked = _REPACKED_LINE.search(text)
+            if repacked:
+                size = int(float(repacked.group(2)) * 2**20)
+                sizes["repacked"] = sizes.get("repacked", 0) + size
         if _log_buffer_sizes:
             _llama_log.info(" ".join(text.decode("utf-8", errors="replace").split()))
 
@@ -46,7 +54,8 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
 @contextlib.contextmanager
 def recording_buffers() -> Iterator[dict[str, int]]:
     """Bytes of the buffers llama.cpp allocates on this thread meanwhile, by what they
-    hold: `weights`, `kv_cache`, `compute` (for the memory account)."""
+    hold: `weights`, `kv_cache`, `compute` (for the memory account); `repacked` is the
+    part of `weights` in a repacked layout."""
     sizes: dict[str, int] = {}
     _recorder.sizes = sizes
     try:
