@@ -170,6 +170,10 @@ class ModelPool:
             return None
         return -(-context.n_ctx // 256) * 256  # llama.cpp rounds a cache up to 256 cells
 
+    def cpu_kernels(self) -> dict[str, str]:
+        """The CPU kernel path of each loaded model (/health): amx+repack, repack, plain."""
+        return {mid: x.engine.cpu_kernels for mid, x in self._loaded.items()}
+
     def kv_cache(self) -> dict[str, dict[str, str | bool]]:
         """KV cache types and flash attention of each loaded model (/health)."""
         return {mid: x.engine.kv_cache_info() for mid, x in self._loaded.items()}

@@ -137,3 +137,12 @@ def test_openai_chat_fields_asking_for_more_are_refused_by_name(http, field: str
                                                 field: value})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"].startswith(field)
+
+
+def test_props_and_health_say_which_cpu_kernels_run(http, server) -> None:
+    """The probe's verdict, as loaded: AMX tiles and AVX repacked layouts, AVX repacked
+    layouts without AMX (where only AMX faults), or plain kernels; the log says it too."""
+    kernels = http.get("/props").json()["cpu_kernels"]
+    assert kernels in ("amx+repack", "repack", "plain")
+    assert http.get("/health").json()["cpu_kernels"] == {DEFAULT_MODEL: kernels}
+    assert f"cpu_kernels={kernels}" in server.log_text()

@@ -157,6 +157,11 @@ class Engine:
                 "drafting": self.scheduler.draft_max > 0,
                 "draft_max": self.scheduler.draft_max}
 
+    @property
+    def cpu_kernels(self) -> str:
+        """The CPU kernel path the weights run on: amx+repack, repack or plain."""
+        return self.model.cpu_kernels
+
     def kv_cache_info(self) -> dict[str, str | bool]:
         type_k, type_v = self.model.cache_types
         return {"type_k": type_k, "type_v": type_v, "flash_attn": self.model.flash_attn}

@@ -44,6 +44,8 @@ class HealthResponse(BaseModel):
     models: dict[str, dict[str, int]] | None = None
     # Per loaded model: KV cache types (type_k, type_v) and whether flash attention is on.
     kv_cache: dict[str, dict[str, str | bool]] | None = None
+    # Per loaded model: the CPU kernels its weights run on (amx+repack, repack, plain).
+    cpu_kernels: dict[str, str] | None = None
     stalled_models: list[str] | None = None
     # Bytes: the resident set (`rss`) and its parts (see the memory account).
     memory: dict[str, int] | None = None
@@ -119,7 +121,8 @@ def _health(request: Request) -> tuple[HealthResponse, int]:
         return HealthResponse(status="stalled", stalled_models=stalled), 503
     return HealthResponse(status="ok", default_model=models.default_id,
                           models=models.stats(), memory=memory_account(models),
-                          kv_cache=models.kv_cache()), 200
+                          kv_cache=models.kv_cache(),
+                          cpu_kernels=models.cpu_kernels()), 200
 
 
 routes = [

@@ -56,6 +56,9 @@ class PropsResponse(BaseModel):
     # This server's own: the model's kind of memory (attention, sliding_window,
     # recurrent, hybrid), what a cut may remove, and whether lookup drafting is on.
     memory: dict[str, Any]
+    # The CPU kernels the weights run on: amx+repack (AMX tiles and AVX repacked
+    # layouts), repack (AVX repacked layouts, no AMX) or plain (llama.cpp's --no-repack).
+    cpu_kernels: str
 
 
 def _build_info() -> str:
@@ -86,6 +89,7 @@ def model_props(engine: Engine) -> PropsResponse:
                               audio="audio" in engine.modalities),
         build_info=_build_info(),
         memory=engine.memory_info(),
+        cpu_kernels=engine.cpu_kernels,
     )
 
 

@@ -148,6 +148,8 @@ class _Ggml:
         self.dev_memory = fn("ggml_backend_dev_memory", None, vp, ctypes.POINTER(sz),
                              ctypes.POINTER(sz))
         self.set_abort_callback = fn("ggml_set_abort_callback", vp, vp)
+        self.dev_by_type = fn("ggml_backend_dev_by_type", vp, ctypes.c_int)
+        self.buft_name = fn("ggml_backend_buft_name", ctypes.c_char_p, vp)
 
 
 _ggml: _Ggml | None = None

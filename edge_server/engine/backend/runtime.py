@@ -25,6 +25,10 @@ _BUFFER_LINE = re.compile(
     rb"(\S+)\s+(model|KV|RS|compute|output) buffer size\s*=\s*([0-9.]+) MiB")
 _BUFFER_KIND = {b"model": "weights", b"KV": "kv_cache", b"RS": "kv_cache",
                 b"compute": "compute", b"output": "compute"}
+# "load_tensors: CPU_REPACK model buffer size = 12.66 MiB": weights in a repacked layout
+# (AMX tiles, CPU_REPACK, KleidiAI), also counted as `repacked` (cpu_kernels.py).
+_REPACKED_LINE = re.compile(rb"\b(AMX|\w*REPACK\w*|\w*KLEIDIAI\w*) model buffer size\s*=\s*"
+                            rb"([0-9.]+) MiB")
 _recorder = threading.local()
 
 
@@ -44,6 +48,10 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             sizes[kind] = sizes.get(kind, 0) + size
             if kind == "weights" and name.endswith(b"_Mapped"):
                 sizes["weights_mapped"] = sizes.get("weights_mapped", 0) + size
+            repacked = _REPACKED_LINE.search(text)
+            if repacked:
+                size = int(float(repacked.group(2)) * 2**20)
+                sizes["repacked"] = sizes.get("repacked", 0) + size
         if _log_buffer_sizes:
             _llama_log.info(" ".join(text.decode("utf-8", errors="replace").split()))
 
@@ -51,8 +59,9 @@ def forward_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
 @contextlib.contextmanager
 def recording_buffers() -> Iterator[dict[str, int]]:
     """Bytes of the buffers llama.cpp allocates on this thread meanwhile, by what they
-    hold: `weights` (of which `weights_mapped` is the mapped file), `kv_cache`, `compute`
-    (for the memory account and the model pool's budget)."""
+    hold: `weights` (of which `weights_mapped` is the mapped file and `repacked` the part
+    in a repacked layout), `kv_cache`, `compute` (for the memory account and the model
+    pool's budget)."""
     sizes: dict[str, int] = {}
     _recorder.sizes = sizes
     try:
