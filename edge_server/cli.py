@@ -38,7 +38,7 @@ def _store(opts: ServeOptions) -> ModelStore:
     models_dir = opts.models_dir or default_models_dir()
     return ModelStore(models_dir, load_registry(_registry_path(opts, models_dir)),
                       min_free_bytes=max(opts.min_free_disk_mb, 0) * 2**20,
-                      default_model_quant=opts.default_model_quant)
+                      default_model_quant=opts.default_model_quant, repack=opts.repack)
 
 
 def _specs(opts: ServeOptions, store: ModelStore):

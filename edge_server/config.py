@@ -19,7 +19,7 @@ from typing import Any
 
 ENV_PREFIX = "EDGE_SERVER_"
 # What the embedded model is served from (default_conversion.py).
-DEFAULT_MODEL_QUANTS = ["q8_0", "packaged"]
+DEFAULT_MODEL_QUANTS = ["auto", "q8_0", "packaged"]
 # llama-server's KV cache types (engine/backend/llama_model.py KV_CACHE_TYPES).
 KV_CACHE_TYPE_NAMES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
@@ -46,11 +46,11 @@ class ServeOptions:
     model_id: str | None = _opt(None, "id clients pass as `model` for --model PATH "
                                 "(default: the file name without .gguf)")
     default_model_quant: str = _opt(
-        "q8_0", "what the embedded SmolLM2-135M-Instruct is served from: q8_0 converts its "
-        "packaged Q4_1 file to Q8_0 once, into $XDG_CACHE_HOME/edge-server/default-model "
-        "(faster on CPUs, where llama.cpp has optimized kernels for Q8_0 and none for "
-        "Q4_1; the packaged file serves where the conversion fails); packaged serves that "
-        "file as it is", choices=DEFAULT_MODEL_QUANTS)
+        "auto", "what the embedded SmolLM2-135M-Instruct is served from: auto times its "
+        "packaged Q4_1 file against its Q8_0 conversion once on this machine's kernels and "
+        "serves the faster; q8_0 converts the packaged file to Q8_0 once, into "
+        "$XDG_CACHE_HOME/edge-server/default-model (the packaged file serves where the "
+        "conversion fails); packaged serves that file as it is", choices=DEFAULT_MODEL_QUANTS)
     serve_unknown_models: bool = _opt(False, "serve requests naming a model this server "
                                       "does not know with the default model (their answer's "
                                       "`model` says which answered), for tools that hard-code "
@@ -107,8 +107,9 @@ class ServeOptions:
     chat_template_file: Path | None = _opt(
         None, "Jinja chat template overriding the GGUF file's, for the default model")
     n_gpu_layers: int = _opt(-1, "layers offloaded to a GPU backend (default: all; 0: CPU)")
-    repack: str = _opt("auto", "CPU weights repacked for AMX/AVX kernels: auto (on, unless a "
-                       "one-time probe shows this machine's AMX kernels crash), on, off",
+    repack: str = _opt("auto", "CPU weights repacked for AMX/AVX kernels: auto (all, unless a "
+                       "one-time probe shows this machine's AMX kernels crash: then the AVX "
+                       "repacked kernels alone, or none where those crash too), on, off",
                        choices=["auto", "on", "off"])
     flash_attn: str = _opt("auto", "llama.cpp's flash attention: auto (on CPU-only builds, "
                            "on for attention heads of 128 or wider and off for narrower ones, "

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import KV_CACHE_TYPE_NAMES
-from .default_conversion import Q8_0, served_default_model_path
+from .default_conversion import AUTO, served_default_model_path
 from .default_model import DEFAULT_ALIAS, DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_ID
 from .hub_download import HubDownload, PullError
 
@@ -154,13 +154,16 @@ def _mmproj(raw: dict[str, Any], registry: Path) -> str | None:
 
 class ModelStore:
     def __init__(self, models_dir: Path, entries: list[RegistryEntry],
-                 min_free_bytes: int = 0, default_model_quant: str = Q8_0) -> None:
+                 min_free_bytes: int = 0, default_model_quant: str = AUTO,
+                 repack: str = "auto") -> None:
         """`min_free_bytes`: free disk a pull must leave in the models directory.
-        `default_model_quant`: what the embedded model is served from (--default-model-quant)."""
+        `default_model_quant`: what the embedded model is served from (--default-model-quant),
+        on the CPU kernels `repack` (--repack) gives it."""
         self.models_dir = models_dir
         self.entries = entries
         self.min_free_bytes = min_free_bytes
         self.default_model_quant = default_model_quant
+        self.repack = repack
 
     def find(self, name: str) -> RegistryEntry | None:
         return next((e for e in self.entries if name in e.names), None)
@@ -171,7 +174,7 @@ class ModelStore:
     def local_path(self, entry: RegistryEntry) -> Path | None:
         """Where the entry's GGUF file is on disk, or None when it is not there yet."""
         if entry.embedded:  # converted on first use (default_conversion.py)
-            return served_default_model_path(self.default_model_quant)
+            return served_default_model_path(self.default_model_quant, self.repack)
         path = entry.path if entry.path is not None else self.hub_path(entry.repo or "",
                                                                        entry.file or "")
         return path if path.is_file() else None

@@ -218,7 +218,10 @@ def main() -> None:
                         help="the second edge_server runs from this checkout (another "
                              "commit's code; implies --peer-edge)")
     parser.add_argument("--own-defaults", action="store_true",
-                        help="no shared --parallel / --ctx-size: each server's defaults")
+                        help="no shared --parallel / --ctx-size: each server's defaults (on "
+                             "smollm2, each its default file too: edge_server the one "
+                             "--default-model-quant auto picks, llama-server the packaged "
+                             "Q4_1)")
     parser.add_argument("--peer-env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable of the second edge_server (repeatable; "
                              "without --peer-edge, that server has the same options)")
@@ -237,10 +240,15 @@ def main() -> None:
                 "--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size)]
             peer = [*([] if args.own_defaults else [
                 "-np", str(args.parallel), "-c", str(args.ctx_size)]), *repack_flag()]
+            edge_model = model
+            if args.own_defaults and (args.model or "smollm2") == "smollm2":
+                from edge_server.default_conversion import served_default_model_path
+
+                edge_model = served_default_model_path()
             compare(args, model, [*shared, *shlex.split(args.edge_args)],
                     [*peer, *shlex.split(args.peer_args)],
                     None if args.peer_edge is None else shlex.split(args.peer_edge), peer_env,
-                    compared[args.mode])
+                    compared[args.mode], edge_model=edge_model)
         else:
             {"single": bench_single, "json": bench_json}[args.mode](args)
 

@@ -284,20 +284,22 @@ MODES = {"load": mode_load, "shared-prefix": mode_shared_prefix, "repeat": mode_
 def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
             peer_extra: list[str], peer_edge: list[str] | None = None,
             peer_env: dict[str, str] | None = None,
-            mode: Callable[[argparse.Namespace, list[ServerProcess]], None] | None = None
-            ) -> None:
+            mode: Callable[[argparse.Namespace, list[ServerProcess]], None] | None = None,
+            edge_model: Path | None = None) -> None:
     """`peer_edge`: the peer is a second edge_server with these options on top of
     `edge_extra` (edge_server against itself, e.g. with drafting off), not llama-server;
     `peer_env` adds environment variables to that second edge_server; `mode`: the
-    workload (default: MODES[args.mode])."""
-    ours = EdgeServer(model_path, args.threads, edge_extra,
+    workload (default: MODES[args.mode]); `edge_model`: edge_server's file where it is
+    not the peer's (each server's default file)."""
+    edge_model = edge_model or model_path
+    ours = EdgeServer(edge_model, args.threads, edge_extra,
                       env={"XDG_DATA_HOME": str(args.workdir / "edge-data")})
     try:
         if peer_edge is None:
             theirs: ServerProcess = LlamaServer(args.llama_server, model_path, args.threads,
                                                 peer_extra)
         else:
-            theirs = EdgeServer(model_path, args.threads, [*edge_extra, *peer_edge],
+            theirs = EdgeServer(edge_model, args.threads, [*edge_extra, *peer_edge],
                                 env={"XDG_DATA_HOME": str(args.workdir / "peer-data"),
                                      **(peer_env or {})},
                                 root=args.peer_root or ROOT)
@@ -309,7 +311,9 @@ def compare(args: argparse.Namespace, model_path: Path, edge_extra: list[str],
         ours.close()
         raise
     try:
-        print(f"model: {model_path.name}  threads: {args.threads}  rounds: {args.rounds}  "
+        files = (model_path.name if edge_model == model_path
+                 else f"{edge_model.name} (edge_server), {model_path.name} (peer)")
+        print(f"model: {files}  threads: {args.threads}  rounds: {args.rounds}  "
               f"mode: {args.mode}")
         (mode or MODES[args.mode])(args, [ours, theirs])
     finally:

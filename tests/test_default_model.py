@@ -1,10 +1,12 @@
-"""The embedded model is served from its Q8_0 conversion, made once into the user's cache
-by the real llama.cpp quantizer; the packaged Q4_1 file stays as it is, and serves where
-the conversion cannot be made or is turned off."""
+"""The embedded model is served from the faster, on this machine, of its packaged Q4_1 file
+and its Q8_0 conversion, made once into the user's cache by the real llama.cpp quantizer
+(and timed once); the packaged file stays as it is, and serves where the conversion
+cannot be made or is turned off."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import shutil
@@ -24,6 +26,7 @@ from edge_server.default_conversion import (
     convert_q8_0,
     served_default_model_path,
 )
+from edge_server.default_conversion import Q8_0 as Q8_0_QUANT
 from edge_server.default_model import default_model_path
 
 Q4_1, Q8_0 = 3, 7  # general.file_type (llama_ftype)
@@ -70,7 +73,7 @@ def test_conversion_is_q8_0_and_leaves_the_packaged_file(
     packaged = default_model_path()
     before = packaged.stat()
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
-    served = served_default_model_path()
+    served = served_default_model_path(Q8_0_QUANT)
     assert served.parent == cache_home / "edge-server" / "default-model" == cache_dir()
     assert served.name.startswith("SmolLM2-135M-Instruct.Q8_0.") and served.suffix == ".gguf"
     assert file_type(served) == Q8_0 and file_type(packaged) == Q4_1
@@ -83,10 +86,10 @@ def test_conversion_is_q8_0_and_leaves_the_packaged_file(
 def test_a_second_call_reuses_the_file(cache_home: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
-    first = served_default_model_path()
+    first = served_default_model_path(Q8_0_QUANT)
     mtime = first.stat().st_mtime_ns
     started = time.monotonic()
-    again = served_default_model_path()
+    again = served_default_model_path(Q8_0_QUANT)
     assert again == first and again.stat().st_mtime_ns == mtime
     assert time.monotonic() - started < 0.5  # a stat, not a conversion (about a second)
 
@@ -171,10 +174,32 @@ def test_the_opt_out_serves_the_packaged_file(
     assert wrong.returncode != 0 and "--default-model-quant" in wrong.stderr
 
 
+def test_auto_serves_the_faster_file_timed_once(tmp_path: Path) -> None:
+    """`auto` (the default) times the packaged file against its conversion on this
+    machine's kernels, serves the faster and keeps the choice; a machine too busy to time
+    them within the budget serves the conversion and times again at the next start."""
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache), "EDGE_SERVER_DEFAULT_MODEL_QUANT": "auto"}
+    first = _pull_default(env)
+    assert first.returncode == 0, first.stderr
+    served = Path(first.stdout.strip())
+    directory = cache / "edge-server" / "default-model"
+    choices = directory / "choice.json"
+    if "too busy" in first.stderr:
+        assert served.parent == directory and not choices.exists()
+        return
+    assert "the faster on this machine's kernels" in first.stderr
+    kept = json.loads(choices.read_text())
+    assert list(kept.values()) == ["packaged" if served == default_model_path() else "q8_0"]
+    again = _pull_default(env)
+    assert again.stdout == first.stdout
+    assert "as measured before" in again.stderr and "timed in" not in again.stderr
+
+
 def test_the_server_serves_the_conversion(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     server = start_server(tmp_path, "--parallel", "1", "--ctx-size", "512",
-                          env={"XDG_CACHE_HOME": str(cache)})
+                          "--default-model-quant", "q8_0", env={"XDG_CACHE_HOME": str(cache)})
     try:
         with httpx.Client(base_url=server.base_url, timeout=60) as http:
             props = http.get("/props").json()
