@@ -131,15 +131,24 @@ def _specs(opts: ServeOptions, store: ModelStore):
 
 def _response_store(opts: ServeOptions, models_dir: Path) -> ResponseStore | None:
     """The Responses store in --state-dir (default: the models directory), or None where
-    its caps store nothing."""
-    from .api.responses.store import FILE_NAME, ResponseStore
+    its caps store nothing. A --state-dir that fails stops `serve` (StoreError); the
+    models directory failing (read-only, say) leaves the server without a store."""
+    from .api.responses.store import FILE_NAME, ResponseStore, StoreError
 
     if min(opts.response_store_count, opts.response_store_mb, opts.response_store_days) <= 0:
         return None
-    return ResponseStore((opts.state_dir or models_dir) / FILE_NAME,
-                         max_count=opts.response_store_count,
-                         max_bytes=int(opts.response_store_mb * 2**20),
-                         max_age_s=max(opts.response_store_days, 0.0) * 86400)
+    try:
+        return ResponseStore((opts.state_dir or models_dir) / FILE_NAME,
+                             max_count=opts.response_store_count,
+                             max_bytes=int(opts.response_store_mb * 2**20),
+                             max_age_s=max(opts.response_store_days, 0.0) * 86400)
+    except StoreError as exc:
+        if opts.state_dir is not None:
+            raise
+        log.warning("%s; serving without stored Responses (answers say store: false, "
+                    "previous_response_id is refused); give --state-dir a writable "
+                    "directory to store them", exc)
+        return None
 
 
 def _allowed_hosts(opts: ServeOptions) -> list[str]:

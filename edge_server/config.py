@@ -134,14 +134,17 @@ class ServeOptions:
                                 "(0: off)")
     state_dir: Path | None = _opt(None, "where the server keeps what it writes besides "
                                   "models: the Responses store (default: the models "
-                                  "directory)")
+                                  "directory; where that is not writable, Responses are "
+                                  "not stored)")
     response_store_days: float = _opt(30.0, "stored Responses (`store`, "
                                       "`previous_response_id`) unused this many days are "
                                       "deleted (0: store none)")
-    response_store_count: int = _opt(10_000, "most Responses stored, all keys together; the "
-                                     "least recently used go first (0: store none)")
-    response_store_mb: float = _opt(256.0, "most MiB of stored Responses, all keys together; "
-                                    "the least recently used go first (0: store none)")
+    response_store_count: int = _opt(10_000, "most Responses stored for each API key (for "
+                                     "all, without keys); a key's least recently used go "
+                                     "first, never another key's (0: store none)")
+    response_store_mb: float = _opt(256.0, "most MiB of stored Responses for each API key "
+                                    "(for all, without keys); a key's least recently used "
+                                    "go first, never another key's (0: store none)")
     keep_alive: float = _opt(300.0, "seconds a model stays loaded unused (-1: forever); the "
                              "default model is loaded again on its next request")
     memory_budget_mb: int = _opt(0, "memory for loaded models: weights, KV streams and "

@@ -6,10 +6,11 @@ for many more requests, with figures at the end.
     .venv/bin/python scripts/fuzz.py --edge-share 1 --requests 11000   # every edge case
 
 A share of the requests (--route-share) go to the routes beside generation: rerank,
-stored Responses (previous_response_id; GET, DELETE and input_items of stored and junk
-ids), Ollama's /api/create (junk Modelfiles, and Modelfiles about as long as they may be:
-thousands of comment, odd, FROM or PARAMETER lines) and /api/blobs (junk, and uploads of
-a few MiB), GET /slots and /tokenize with_pieces.
+stored Responses (previous_response_id, chains of them carrying up to 7.5 MB of unknown
+fields per turn; GET, DELETE and input_items of stored and junk ids), Ollama's
+/api/create (junk Modelfiles, and Modelfiles about as long as they may be: thousands of
+comment, odd, FROM or PARAMETER lines) and /api/blobs (junk, and uploads of a few MiB),
+GET /slots and /tokenize with_pieces.
 
 A share of the requests (--edge-share) are edge cases (tests/fuzz_edges.py): every
 numeric field of every door at the bounds of C types and of the model served, taken in

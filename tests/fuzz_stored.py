@@ -1,5 +1,6 @@
 """Stored Responses in the fuzz campaign: /v1/responses continuing an earlier answer
-(`previous_response_id`), and GET / DELETE /v1/responses/{id} and
+(`previous_response_id`), chains of them whose items carry up to 7.5 MB of fields no
+prompt renders, and GET / DELETE /v1/responses/{id} and
 GET /v1/responses/{id}/input_items with junk `after`, `limit` and `order`.
 
 A case is generated before any answer exists, so it names a stored id by a placeholder,
@@ -89,6 +90,49 @@ def continued_cases(draw: st.DrawFn) -> Case:
     return Case(RESPONSES, dumps(body).encode("utf-8", "surrogatepass"), "stored-continue")
 
 
+# Sizes of the fields no prompt renders, up to a body just under the 8 MiB limit.
+EXTRA_SIZES = (0, 1_000, 100_000, 1_000_000, 4_000_000, 7_500_000)
+
+
+def _extra(size: int, shape: str) -> Any:
+    """`size` bytes of JSON: one string, many short strings, or objects (as many as a
+    body may hold) with the rest as a string."""
+    if shape == "string":
+        return "x" * size
+    if shape == "strings":
+        return ["ab"] * (size // 5)
+    objects = [{"k": i} for i in range(min(size // 12, 15_000))]
+    return {"objects": objects, "pad": "y" * max(0, size - 12 * len(objects))}
+
+
+@st.composite
+def chained_extras_cases(draw: st.DrawFn) -> Case:
+    """POST /v1/responses continuing the latest stored responses, its item and content
+    part carrying large fields the server does not know: dropped before anything is
+    stored, so the chain's records stay as small as what the model renders."""
+    size = draw(st.sampled_from(EXTRA_SIZES))
+    where = draw(st.sampled_from(["item", "part", "both"]))
+    shape = draw(st.sampled_from(["string", "strings", "objects"]))
+    share = size // 2 if where == "both" else size
+    part: dict[str, Any] = {"type": "input_text", "text": draw(st.one_of(
+        st.just("Go on"), small_text))}
+    item: dict[str, Any] = {"type": "message", "role": "user", "content": [part]}
+    if where in ("part", "both"):
+        part[draw(st.sampled_from(["cache", "annotations", "logprobs"]))] = _extra(share,
+                                                                                    shape)
+    if where in ("item", "both"):
+        item[draw(st.sampled_from(["trace", "summary", "encrypted_content"]))] = _extra(
+            share, shape)
+    body: dict[str, Any] = {"model": MODEL, "input": [item],
+                            "max_output_tokens": draw(st.integers(1, 3))}
+    if draw(st.integers(0, 4)):  # most continue the newest, so that chains grow long
+        body["previous_response_id"] = f"@stored-{draw(st.sampled_from([0, 0, 0, 1]))}@"
+    if draw(st.booleans()):
+        body["stream"] = True
+    return Case(RESPONSES, dumps(body).encode("utf-8", "surrogatepass"),
+                "stored-chained-extras")
+
+
 def _segment(text: str) -> str:
     # quote() takes no lone surrogates: they go as the replacement character's bytes.
     return quote(text.encode("utf-8", "replace"), safe="@")
@@ -115,4 +159,4 @@ def lookup_cases(draw: st.DrawFn) -> Case:
 
 
 def stored_cases() -> st.SearchStrategy[Case]:
-    return st.one_of(continued_cases(), lookup_cases())
+    return st.one_of(continued_cases(), lookup_cases(), chained_extras_cases())

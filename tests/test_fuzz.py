@@ -165,6 +165,18 @@ def test_fuzz_long_modelfiles_and_big_blobs(fuzz_server: RunningServer,
     check(fuzz_server, fuzz_client, case)
 
 
+@settings(fuzz_settings, max_examples=24)
+@given(case=fst.chained_extras_cases())
+def test_fuzz_chained_responses_with_large_extras(fuzz_server: RunningServer,
+                                                  fuzz_client: httpx.Client,
+                                                  case: fs.Case) -> None:
+    """Chains of stored Responses whose items carry up to 7.5 MB of unknown fields, on
+    the server whose address space is capped: each answer is one the server may give,
+    and the server stays up (a chain that copied its fields into every record would
+    outgrow the cap)."""
+    check(fuzz_server, fuzz_client, case)
+
+
 @pytest.fixture(scope="module")
 def edge_setting(fuzz_server: RunningServer) -> tuple[dict[str, Any], fe.ModelLimits]:
     # The fields from the server's own request schemas, n_ctx and n_vocab from its model.

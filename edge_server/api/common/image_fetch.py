@@ -43,10 +43,11 @@ _fetched: ContextVar[dict[str, bytes | FetchError] | None] = ContextVar(
 # --- finding a request's image URLs ------------------------------------------------------
 
 
-def image_urls(body: BaseModel) -> list[str]:
-    """The http(s) image URLs of a validated request, wherever each API puts them:
-    chat `image_url` parts, Responses `input_image` parts, Anthropic image blocks with a
-    `url` source, and the `images` of /v1/completions. Walked without recursion."""
+def image_urls(body: Any) -> list[str]:
+    """The http(s) image URLs of a validated request (or of stored items), wherever each
+    API puts them: chat `image_url` parts, Responses `input_image` parts, Anthropic image
+    blocks with a `url` source, and the `images` of /v1/completions. Walked without
+    recursion."""
     found: list[Any] = []
     stack: list[Any] = [body]
     while stack:
@@ -95,12 +96,16 @@ async def fetch_all(urls: list[str], limits: ImageLimits) -> dict[str, bytes | F
 
 
 async def with_image_urls(body: BaseModel, engine: Engine,
-                          serve: Callable[[], Awaitable[Result]]) -> Result:
+                          serve: Callable[[], Awaitable[Result]], *,
+                          also: Any = None) -> Result:
     """Runs `serve` (which prepares the request) with the body's image URLs fetched
-    first, where this server fetches them and the model reads images. More URLs than a
-    request may carry are not fetched: preparation refuses the count by name."""
+    first, where this server fetches them and the model reads images; `also`: more of
+    the conversation the request renders (a stored one's items), whose URLs are fetched
+    too. More URLs than a request may carry are not fetched: preparation refuses the
+    count by name."""
     limits = engine.settings.image_limits
-    urls = image_urls(body) if limits.fetch_urls and "image" in engine.modalities else []
+    urls = list(dict.fromkeys([*image_urls(also), *image_urls(body)])) \
+        if limits.fetch_urls and "image" in engine.modalities else []
     if not urls or len(urls) > limits.max_images:
         return await serve()
     with fetched_images(await fetch_all(urls, limits)):

@@ -12,12 +12,13 @@ from starlette.routing import Route
 
 from ..common.image_fetch import with_image_urls
 from ..http.auth import tenant_of
-from ..http.dependencies import parse_body, serve_with_model
+from ..http.dependencies import off_loop, parse_body, serve_with_model
 from ..http.errors import APIError, from_validation_error, invalid
 from .items import input_items, page
 from .protocol import ITEM_TAGS, ResponsesRequest
 from .serving import ResponsesServing, check_fields
 from .store import ResponseStore, StoredResponse, StoreError
+from .store_codec import dumps
 
 _serving = ResponsesServing()
 _MAX_PAGE = 100
@@ -51,11 +52,12 @@ def _not_found(response_id: str, param: str | None = None) -> APIError:
                     code="not_found")
 
 
-async def _conversation(request: Request, response_id: str, param: str | None = None
-                        ) -> StoredResponse:
+async def _conversation(request: Request, response_id: str, param: str | None = None,
+                        *, with_tokens: bool = True) -> StoredResponse:
     store = _store(request)
     try:
-        found = await store.conversation(tenant_of(request), response_id) if store else None
+        found = await store.conversation(tenant_of(request), response_id,
+                                         with_tokens=with_tokens) if store else None
     except StoreError as exc:
         raise _unavailable() from exc
     if found is None:
@@ -78,10 +80,13 @@ async def create_response(request: Request) -> Response:
         previous = await _conversation(request, body.previous_response_id,
                                        "previous_response_id")
     keep_in = store if body.store is not False else None  # OpenAI stores by default
+    # A stored turn's http(s) image URLs are fetched again with the new input's: the
+    # conversation is rendered whole, images and all, on every turn that has them.
+    stored = previous.turns if previous is not None else None
     return await serve_with_model(
         request, body.model, lambda engine: with_image_urls(
             body, engine, lambda: _serving.create(body, engine, request, previous=previous,
-                                                  store=keep_in))
+                                                  store=keep_in), also=stored)
     )
 
 
@@ -89,12 +94,13 @@ async def retrieve_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     store = _store(request)
     try:
-        found = await store.response(tenant_of(request), response_id) if store else None
+        found = await store.response_json(tenant_of(request), response_id) if store else None
     except StoreError as exc:
         raise _unavailable() from exc
     if found is None:
         raise _not_found(response_id)
-    return JSONResponse(found)
+    # As stored: the JSON is never parsed nor built again on the event loop.
+    return Response(found, media_type="application/json")
 
 
 async def delete_response(request: Request) -> Response:
@@ -118,10 +124,18 @@ async def list_input_items(request: Request) -> Response:
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid("order", "order must be `asc` or `desc`")
-    found = await _conversation(request, request.path_params["response_id"])
+    found = await _conversation(request, request.path_params["response_id"],
+                                with_tokens=False)
     ordering: Literal["asc", "desc"] = "asc" if order == "asc" else "desc"
-    return JSONResponse(page(input_items(found.turns), after=query.get("after"),
-                             limit=int(limit_text), order=ordering))
+    # A long conversation's page is picked and written on a worker thread.
+    body = await off_loop(_page_json, found.turns, query.get("after"), int(limit_text),
+                          ordering)
+    return Response(body, media_type="application/json")
+
+
+def _page_json(turns: list[dict[str, Any]], after: str | None, limit: int,
+               order: Literal["asc", "desc"]) -> bytes:
+    return dumps(page(input_items(turns), after=after, limit=limit, order=order))
 
 
 routes = [

@@ -103,13 +103,11 @@ def _content(parts: str | list[InputPart], where: str, reads_images: bool
         if not reads_images:
             raise unsupported(f"{where}[{j}]", "needs a model with a multimodal projector; "
                               "this one is text-only")
-        extra = part.model_extra or {}
-        url = extra.get("image_url")
-        if not isinstance(url, str):
+        if part.image_url is None:
             raise unsupported(f"{where}[{j}]", "needs `image_url` (a data URL); file_id "
                               "needs stored files, which this server does not keep")
         out.append(ContentPart(type="image_url", image_url={
-            "url": url, "detail": extra.get("detail") or "auto"}))
+            "url": part.image_url, "detail": part.detail or "auto"}))
     return out
 
 
@@ -119,7 +117,7 @@ def _part_text(parts: str | list[InputPart], where: str) -> str:
     texts = []
     for j, part in enumerate(parts):
         # A refusal an assistant turn replays carries its text as `refusal`.
-        text = (part.model_extra or {}).get("refusal") if part.type == "refusal" else part.text
+        text = part.refusal if part.type == "refusal" else part.text
         if part.type not in _TEXT_PARTS or not isinstance(text, str):
             raise unsupported(f"{where}[{j}]", f"(type `{part.type[:64]}`) is not served: "
                               "only text and image parts are")

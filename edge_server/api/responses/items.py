@@ -30,6 +30,10 @@ def _stored(item: BaseModel) -> dict[str, Any]:
     if kind == "message" and isinstance(data.get("content"), str):
         part = "output_text" if data.get("role") == "assistant" else "input_text"
         data["content"] = [{"type": part, "text": data["content"]}]
+    if kind == "message":
+        for part in data["content"]:
+            if part.get("type") == "output_text":  # as the API lists it (none are kept)
+                part.setdefault("annotations", [])
     if not isinstance(data.get("id"), str):
         data["id"] = item_id(_ID_PREFIX.get(kind, "item"))
     if kind in _WITH_STATUS:

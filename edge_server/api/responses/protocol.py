@@ -1,8 +1,15 @@
 """Schemas of /v1/responses (OpenAI's Responses API).
 
-Input items keep fields the API itself writes on output items (`id`, `status`,
-`annotations`): clients replay a response's output as the next request's input. Top-level
-fields are checked by name: a field this server does not serve is a 400 naming it.
+Input items and content parts keep only the fields this server renders or lists
+(`input_items`), among them those the API itself writes on output items (`id`,
+`status`): clients replay a response's output as the next request's input. Any other
+field of theirs (`annotations`, `logprobs`, a reasoning item's `summary` and
+`encrypted_content`, a client's own) is dropped, not refused: the openai SDK and
+openai-agents replay output items with fields the API adds over time, and what no
+prompt renders is never stored (a stored conversation is bounded by what the model
+could render, chain_bound.py). Nested settings (tools, text format) keep their known
+fields likewise. Top-level fields are checked by name: a field this server does not
+serve is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -13,43 +20,60 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from ..http.limits import MAX_CACHE_KEY_CHARS, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
 
+# Unknown fields are dropped (see above).
+_KNOWN_ONLY = ConfigDict(extra="ignore")
+# Ids the API writes are about 50 characters; longer is no id this API gave out.
+ItemId = Annotated[str, Field(max_length=256)]
+ItemStatus = Annotated[str, Field(max_length=32)]
+
 
 class InputPart(BaseModel):
-    """A content part; only text parts are served (the others are refused by name)."""
+    """A content part; only text and image parts are served (the others are refused by
+    name)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     type: str = Field(max_length=64)
     text: str | None = None
+    refusal: str | None = None  # a refusal an assistant turn replays
+    image_url: str | None = None  # input_image: a data URL, or an http(s) one
+    detail: str | None = Field(default=None, max_length=16)
 
 
 class MessageItem(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     type: Literal["message"] = "message"
+    id: ItemId | None = None
+    status: ItemStatus | None = None
     role: Literal["user", "system", "developer", "assistant"]
     content: str | Annotated[list[InputPart], Field(max_length=MAX_CONTENT_PARTS)]
 
 
 class FunctionCallItem(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     type: Literal["function_call"]
+    id: ItemId | None = None
+    status: ItemStatus | None = None
     call_id: str = Field(min_length=1, max_length=256)
     name: str = Field(min_length=1, max_length=256)
     arguments: str
 
 
 class FunctionCallOutputItem(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     type: Literal["function_call_output"]
+    id: ItemId | None = None
+    status: ItemStatus | None = None
     call_id: str = Field(min_length=1, max_length=256)
     output: str | Annotated[list[InputPart], Field(max_length=MAX_CONTENT_PARTS)]
 
 
 class OtherItem(BaseModel):
-    """Any other item type: reasoning items are skipped (their text is not replayed), the
-    rest are refused by name."""
+    """Any other item type: reasoning items are skipped (their text is not replayed, nor
+    stored), the rest are refused by name."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     type: str = Field(max_length=64)
+    id: ItemId | None = None
 
 
 def _item_kind(value: Any) -> str:
@@ -71,7 +95,7 @@ ITEM_TAGS = ("message", "function_call", "function_call_output", "other")
 
 
 class FunctionTool(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     type: str = Field(max_length=64)  # anything but "function" is refused by name
     name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
@@ -80,13 +104,13 @@ class FunctionTool(BaseModel):
 
 
 class NamedFunction(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     type: str = Field(max_length=64)
     name: str | None = None
 
 
 class TextFormat(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
     type: Literal["text", "json_object", "json_schema"] = "text"
     name: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
@@ -95,20 +119,20 @@ class TextFormat(BaseModel):
 
 
 class TextConfig(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     format: TextFormat | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
 class ReasoningConfig(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _KNOWN_ONLY
     include_obfuscation: bool | None = None  # nothing is obfuscated here; accepted
 
 

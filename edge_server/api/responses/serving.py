@@ -4,7 +4,6 @@ and the chat layer's output turned back into Responses output items."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -32,11 +31,13 @@ from ..http.auth import tenant_of
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, invalid, unsupported
 from . import response_object
+from .chain_bound import chain_limit, check_chain
 from .continuation import Continuing
 from .conversation import chat_messages
 from .items import stored_input
 from .protocol import ResponsesRequest
-from .store import Continuation, ResponseStore, StoredResponse, StoreError
+from .store import Continuation, ResponseRecord, ResponseStore, StoredResponse, StoreError
+from .store_codec import dumps
 from .streaming import EventWriter, OutputItems, with_error_event
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,11 @@ class _Turn:
 def _prepare(req: ResponsesRequest, engine: Engine, previous: StoredResponse | None) -> _Turn:
     reads_images = "image" in engine.modalities
     turns = previous.turns if previous else []
+    kept_input = stored_input(req)
+    # Before any rendering: a conversation past what the model could render is refused
+    # whole, however it would tokenize.
+    check_chain(engine, previous.chain_bytes if previous else 0, len(dumps(kept_input)),
+                chained=previous is not None)
     try:
         messages = chat_messages(req, turns, reads_images)
         marked = chat_messages(req, turns, reads_images, marked=True) if turns else None
@@ -167,13 +173,14 @@ def _prepare(req: ResponsesRequest, engine: Engine, previous: StoredResponse | N
     if previous is not None:
         log.debug("previous_response_id %s: %s", previous.id, "its tokens continued"
                   if continuing.continued else "the conversation rendered whole")
-    return _Turn(prepared, continuing, stored_input(req))
+    return _Turn(prepared, continuing, kept_input)
 
 
 @dataclass
 class _Keeper:
-    """Stores a finished response with its conversation, and the tokens a chained turn
-    can continue from (none for prompts with images: their tokens are not plain)."""
+    """Stores a finished response with its turn (linked to the conversation it
+    continues), and the tokens a chained turn can continue from (none for prompts with
+    images: their tokens are not plain)."""
 
     store: ResponseStore
     tenant: str
@@ -182,18 +189,24 @@ class _Keeper:
     previous: StoredResponse | None
 
     async def keep(self, response: dict[str, Any], generated: list[int]) -> None:
-        turns = self.previous.turns if self.previous else []
+        """Stores the response; where that fails, it says `"store": false`, honestly:
+        its id would be a 404."""
         request = self.turn.prepared.request
         key = self.turn.continuing.key
         continuation = None if key is None or request.images else Continuation(
             self.engine.fingerprint, key, [*request.prompt_tokens, *generated])
-        record = StoredResponse(
+        record = ResponseRecord(
             response["id"], self.tenant, response,
-            [*turns, {"id": response["id"], "input": self.turn.stored_input,
-                      "output": response["output"]}], continuation)
-        # A failure is logged by the store; the answer itself is still given.
-        with contextlib.suppress(StoreError):
-            await self.store.put(record)
+            {"id": response["id"], "input": self.turn.stored_input,
+             "output": response["output"]}, self.previous, continuation)
+        try:
+            stored = await self.store.put(record, max_bytes=chain_limit(self.engine))
+        except StoreError:  # logged by the store
+            stored = False
+        if not stored:
+            log.warning("response %s answered with store: false: the store did not keep "
+                        "it", response["id"])
+            response["store"] = False
 
 
 class ResponsesServing:

@@ -29,6 +29,10 @@ class OutputItems:
         self._open: dict[str, Any] | None = None  # the item being written
         self._text: list[str] = []  # text of the open message or reasoning item
         self._calls: dict[int, dict[str, Any]] = {}  # the parser's call index -> item
+        # Fragments of each call's arguments (by item id), joined when it closes: adding
+        # each to a string copies all before it, O(n^2) in a long argument.
+        self._arguments: dict[str, list[str]] = {}
+        self._indices: dict[str, int] = {}  # item id -> output index
         self._blank = ""  # whitespace not yet known to start a message
 
     @property
@@ -58,6 +62,8 @@ class OutputItems:
             events += self._open_item("message")
             events += self._delta(self._blank)
         events += self._close("incomplete" if incomplete else "completed")
+        for item in self._calls.values():  # fragments of a call closed before its last
+            item["arguments"] = "".join(self._arguments[item["id"]])
         return events
 
     # Items ------------------------------------------------------------------------------
@@ -90,11 +96,12 @@ class OutputItems:
                 "name": function.get("name", ""), "arguments": "", "status": "in_progress",
             }
             self._calls[index] = item
+            self._arguments[item["id"]] = []
             events += self._add(item)
         item = self._calls[index]
         fragment = function.get("arguments") or ""
         if fragment:
-            item["arguments"] += fragment
+            self._arguments[item["id"]].append(fragment)
             events.append({"type": "response.function_call_arguments.delta",
                            "item_id": item["id"], "output_index": self._index(item),
                            "delta": fragment})
@@ -118,6 +125,7 @@ class OutputItems:
 
     def _add(self, item: dict[str, Any]) -> list[Event]:
         self._open = item
+        self._indices[item["id"]] = len(self.items)
         self.items.append(item)
         return [{"type": "response.output_item.added", "output_index": len(self.items) - 1,
                  "item": _copy(item)}]
@@ -141,6 +149,7 @@ class OutputItems:
         events: list[Event] = []
         where = {"item_id": item["id"], "output_index": self._index(item)}
         if item["type"] == "function_call":
+            item["arguments"] = "".join(self._arguments[item["id"]])
             events.append({"type": "response.function_call_arguments.done", **where,
                            "name": item["name"], "arguments": item["arguments"]})
         else:
@@ -163,7 +172,7 @@ class OutputItems:
         return {"item_id": item["id"], "output_index": self._index(item), "content_index": 0}
 
     def _index(self, item: dict[str, Any]) -> int:
-        return next(i for i, it in enumerate(self.items) if it is item)
+        return self._indices[item["id"]]
 
 
 def _copy(item: dict[str, Any]) -> dict[str, Any]:
