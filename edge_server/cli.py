@@ -379,7 +379,7 @@ def info(opts: ServeOptions) -> int:
     print(f"backends: CPU{''.join(', ' + b for b in backends)}")
     print(f"CPU features: {features}")
     print(f"threads: {opts.threads or default_threads()} of {os.cpu_count()} cores")
-    print(f"RPC: {'yes' if lc.llama_supports_rpc() else 'no (see the README)'}")
+    print(f"RPC: {'yes' if lc.llama_supports_rpc() else 'no (see docs/deployment.md)'}")
     if opts.rpc:
         from .engine.backend.rpc_devices import RpcError, describe_servers, parse_endpoints
 

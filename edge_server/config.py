@@ -123,7 +123,7 @@ class ServeOptions:
                              "one is refused", choices=KV_CACHE_TYPE_NAMES)
     rpc: list[str] = _opt([], "llama.cpp rpc-server HOST:PORT that holds model layers too "
                           "(repeatable or comma-separated, at most 16; needs llama.cpp built "
-                          "with RPC, see the README)", action="append")
+                          "with RPC, see docs/deployment.md)", action="append")
     truncation: str = _opt("disabled", "a prompt that outgrows the context: disabled (a 400, "
                            "context_length_exceeded), auto (a chat's oldest whole turns are "
                            "dropped, system messages and the latest turn kept; a raw prompt "
@@ -213,7 +213,7 @@ class ServeOptions:
                 raise ValueError(f"--image-url-networks: {network!r} is not a network "
                                  "(CIDR, such as 127.0.0.1/32)") from exc
         self.image_url_networks = networks
-        # `--cors-origins a,b` as the README shows it: one origin per comma-separated item.
+        # `--cors-origins a,b` as docs/configuration.md shows it: one origin per item.
         self.cors_origins = [origin.strip() for item in self.cors_origins
                              for origin in str(item).split(",") if origin.strip()]
 

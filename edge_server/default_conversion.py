@@ -3,7 +3,7 @@ runs faster on this machine's kernels, measured once.
 
 llama.cpp has no repacked or llamafile (sgemm) kernel for the packaged file's Q4_1 on x86,
 while its sgemm kernels take Q8_0 prompts; but with plain kernels a Q4_1 token reads half
-the bytes of a Q8_0 one. Which wins depends on the CPU (README: The default model), so by
+the bytes of a Q8_0 one. Which wins depends on the CPU (docs/models.md: The default model), so by
 default (`auto`) both files are timed once on the kernel path each loads with
 (engine/backend/file_speed.py) and the choice is kept next to the conversion, keyed by
 the llama.cpp build, the CPU and the packaged file. The Q8_0 conversion stays within a

@@ -2,7 +2,7 @@
 temperature 0. The answer largely repeats the prompt, which is where lookup drafting
 should gain most (compare with `--peer-edge "--draft-max 0"`). Each answer is the same
 number of tokens (`ignore_eos`, no stop), so the rates compare like with like even where
-the two servers' greedy texts part (see the README on drafting's numerics)."""
+the two servers' greedy texts part (see docs/performance.md on drafting's numerics)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prompt and decode speed of one model on llama.cpp's CPU kernel paths, side by side:
 `--repack off` (plain kernels) against `--repack auto` (what the probe finds safe here:
-amx+repack, repack without AMX, or plain; see README: CPU kernels). Raw llama.cpp
+amx+repack, repack without AMX, or plain; see docs/performance.md). Raw llama.cpp
 through the engine's model wrapper, no server; rounds alternate between the two loads.
 
     python scripts/bench_kernels.py [--model smollm2|gemma3|PATH] [--rounds 5] [--threads 2]

@@ -1,4 +1,4 @@
-"""Figures for the README's scaling note: one replica's throughput and memory, then N
+"""Figures for the scaling note in docs/deployment.md: one replica's throughput and memory, then N
 replicas behind HAProxy (systemd/haproxy/edge-server.cfg) on this machine.
 
     .venv/bin/python scripts/bench_replicas.py [--replicas 3] [--clients 4] [--tokens 64]

@@ -2,8 +2,9 @@
 value that changes nothing, or refused with a 400 naming it.
 
 Clients written for llama-server (llama.vscode, llama.vim, its web UI, scripts from its
-README) send these fields beside OpenAI's. Silently dropping one would change what the
-client gets without telling it, so every field of llama-server's list is sorted here:
+README; docs/api/llama-server.md) send these fields beside OpenAI's. Silently dropping
+one would change what the client gets without telling it, so every field of
+llama-server's list is sorted here:
 
 - honoured: declared on SamplingRequest (`grammar`, `json_schema`, `n_predict`,
   `repeat_penalty`, `repeat_last_n`, `mirostat` 2 with `mirostat_tau` / `mirostat_eta`,
@@ -12,7 +13,7 @@ client gets without telling it, so every field of llama-server's list is sorted 
 - neutral: below, with the values that leave sampling and output as they are; those
   values are accepted (clients often send every field at its default), others refused;
 - fields that are neither OpenAI's, the server's own nor llama-server's are accepted and
-  logged (see the README's policy): OpenAI's own SDKs and wrappers add vendor fields of
+  logged (see docs/api/llama-server.md): OpenAI's own SDKs and wrappers add vendor fields of
   their own, and refusing them would break clients that work against OpenAI.
 """
 

@@ -7,7 +7,7 @@ penalty window longer than the context looks back over the whole context all the
 top_k past the vocabulary keeps all of it) or where the protocol's own server clamps
 (Ollama's num_ctx); it is refused with a 400 naming the field where the value cannot mean
 anything (a token id outside the vocabulary, more tokens than the context holds). The
-README's "Bounds" table lists every field with its door and rule.
+docs/limits.md's "Bounds" table lists every field with its door and rule.
 
 Why clamping matters: llama.cpp sizes buffers from these numbers on the engine thread.
 `repeat_last_n: 2147483647` made llama_sampler_init_penalties allocate and zero 8 GiB

@@ -170,7 +170,7 @@ class MessagesRequest(CountTokensRequest):
     service_tier: Literal["auto", "standard_only"] | None = None  # one tier here
     container: Any = None  # refused when given (no code execution here)
     output_config: OutputConfig | None = None
-    # This server's own: false turns lookup drafting off for this request (README).
+    # This server's own: false turns lookup drafting off for this request (docs/performance.md).
     draft: bool | None = None
     # Accepted and ignored: they change nothing a client can observe here.
     cache_control: dict[str, Any] | None = None

@@ -168,7 +168,7 @@ class ResponsesRequest(BaseModel):
     prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY_CHARS)
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: str | None = Field(default=None, max_length=32)
-    # This server's own: false turns lookup drafting off for this request (README).
+    # This server's own: false turns lookup drafting off for this request (docs/performance.md).
     draft: bool | None = None
 
 

@@ -184,7 +184,7 @@ def _require_rpc() -> None:
         hint = (f"set LLAMA_CPP_LIB_PATH={built / 'lib'}" if (built / ".complete").is_file()
                 else "run scripts/build-rpc.sh and set LLAMA_CPP_LIB_PATH")
         raise RpcError(f"--rpc needs llama.cpp built with -DGGML_RPC=on: {hint} (see the "
-                       "README)")
+                       "docs/deployment.md)")
 
 
 def check_servers(endpoints: tuple[Endpoint, ...]) -> None:
