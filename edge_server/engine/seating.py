@@ -131,8 +131,8 @@ def _hold_prompt_but_last(kv: SlotTable, job: Job, slot: Slot) -> bool:
     if common_prefix(mine, prompt) >= keep and kv.can_cut(slot, keep):
         kv.trim(slot, keep)
         return len(slot.cached) == keep
-    if kv.kind.cuts_anywhere:
-        return kv.copy_prefix(job.slot, slot, keep)
+    if not kv.kind.recurrent and kv.copy_prefix(job.slot, slot, keep):
+        return True
     if job.prompt_state is None:
         return False
     return kv.restore_state(slot, job.prompt_state, prompt[:keep], partition)
@@ -140,6 +140,7 @@ def _hold_prompt_but_last(kv: SlotTable, job: Job, slot: Slot) -> bool:
 
 def wants_prompt_state(kv: SlotTable, job: Job) -> bool:
     """Whether the job's later choices will need the state one token before its prompt's
-    end saved (a memory that cannot be cut there afterwards)."""
+    end saved (a memory that cannot be cut there afterwards, or a sliding window that may
+    not: memory_kind.py)."""
     return (not kv.kind.cuts_anywhere and bool(job.pending_choices())
             and job.prompt_state is None and len(job.request.prompt_tokens) > 1)

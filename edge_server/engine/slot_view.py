@@ -19,6 +19,11 @@ class SlotView:
     prompt_tokens: int = 0  # of the request it serves (0: idle)
     max_tokens: int = 0
     decoded: int = 0  # tokens generated so far
+    partition: str = ""  # whose request it serves, or whose prompt it keeps
+
+    def anonymised(self) -> SlotView:
+        """Only whether it is busy: for a caller whose work it does not hold."""
+        return SlotView(self.id, self.n_ctx, self.busy, self.speculative, 0)
 
 
 def slot_views(scheduler: Scheduler) -> list[SlotView]:
@@ -36,11 +41,13 @@ def slot_views(scheduler: Scheduler) -> list[SlotView]:
             serving[slot.seq_id] = SlotView(
                 slot.seq_id, n_ctx, True, drafts, len(slot.cached),
                 prompt_tokens=len(request.prompt_tokens), max_tokens=request.max_tokens,
-                decoded=choice.generated)
+                decoded=choice.generated, partition=request.partition)
         if job.prefilling and job.slot.seq_id not in serving:
             serving[job.slot.seq_id] = SlotView(
                 job.slot.seq_id, n_ctx, True, drafts, len(job.slot.cached),
-                prompt_tokens=len(request.prompt_tokens), max_tokens=request.max_tokens)
+                prompt_tokens=len(request.prompt_tokens), max_tokens=request.max_tokens,
+                partition=request.partition)
     return [serving.get(slot.seq_id)
-            or SlotView(slot.seq_id, n_ctx, slot.busy, drafts, len(slot.cached))
+            or SlotView(slot.seq_id, n_ctx, slot.busy, drafts, len(slot.cached),
+                        partition=slot.partition)
             for slot in list(scheduler.kv.slots)]

@@ -36,8 +36,8 @@ def cell_bytes(n_layer: int, n_head_kv: int, key: int, value: int, type_k: str,
 
 def bytes_per_cell(model: lc.llama_model_p, metadata: dict[str, str], type_k: str,
                    type_v: str) -> int:
-    """KV bytes of one token over all layers of a loaded model (sliding-window layers
-    counted as full ones, as llama.cpp allocates them with a stream per slot)."""
+    """KV bytes of one token over all layers of a loaded model: an upper bound where some
+    layers slide (those keep only their window's cells; llama.cpp tells not which)."""
     arch = metadata.get("general.architecture", "")
     n_head = max(1, lc.llama_model_n_head(model))
     head = lc.llama_model_n_embd(model) // n_head

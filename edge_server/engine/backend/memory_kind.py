@@ -5,7 +5,12 @@ llama.cpp keeps one of four kinds of memory per sequence:
 - attention: a KV cell per token (MoE models too: their experts are feed-forward
   layers, their memory is attention). A stream can be cut at any position.
 - sliding window: attention whose layers (some or all) look back a fixed number of
-  tokens. Kept whole (llama.cpp's `swa_full`), it cuts like attention.
+  tokens. Those layers keep the window and a ubatch of cells per stream (not
+  llama.cpp's `swa_full`): cells that fell out of the window are overwritten as tokens
+  come, and a sequence's saved state leaves them out. A cut is exact only where the
+  cells the window needs there are still held (`llama_memory_seq_pos_min`), which
+  kv/slots.py checks: a chat's next turn reuses its stream, a prefix shared with a
+  stream that has gone on further than that is evaluated again.
 - recurrent (Mamba, RWKV): one state per sequence, rewritten by every token. A cut
   would need the state of an earlier position, which is gone.
 - hybrid (Qwen3.5, LFM2, Granite 4-H, Nemotron-H, Falcon-H1, Jamba): attention layers
@@ -55,9 +60,14 @@ class MemoryKind:
         return self.kind in (RECURRENT, HYBRID)
 
     @property
+    def windowed(self) -> bool:
+        return self.kind == SLIDING_WINDOW
+
+    @property
     def cuts_anywhere(self) -> bool:
-        """Any tail of a stream can be removed, the rest staying exact."""
-        return not self.recurrent
+        """Any tail of a stream can be removed, the rest staying exact, whatever the
+        stream went through."""
+        return self.kind == ATTENTION
 
     @property
     def can_roll_back(self) -> bool:
@@ -68,12 +78,12 @@ class MemoryKind:
     def drafts(self) -> bool:
         """A rejected draft can be removed: a cut anywhere, or a rollback of the decode
         that verified it."""
-        return self.cuts_anywhere or self.rollback > 0
+        return not self.recurrent or self.rollback > 0
 
     def draft_limit(self, most: int) -> int:
         """The deepest a step may draft: `most`, or the rollback's reach (the draft rows
         after a sequence's next token are what a rejection rolls back)."""
-        return most if self.cuts_anywhere else min(most, self.rollback)
+        return most if not self.recurrent else min(most, self.rollback)
 
     def with_rollback(self, tokens: int) -> MemoryKind:
         return replace(self, rollback=tokens if self.recurrent else 0)
@@ -82,6 +92,8 @@ class MemoryKind:
         """What may be removed from a stream's tail, in words (the log, /props)."""
         if self.cuts_anywhere:
             return "anywhere"
+        if self.windowed:
+            return "anywhere the window's cells are still held"
         if self.rollback:
             return f"the last decode's tokens, {self.rollback} at most"
         return "nothing"

@@ -167,7 +167,7 @@ def load_or_measure(model: LlamaModel, path: Path | None) -> StepCost | None:
 def unmeasured_reason(model: LlamaModel) -> str:
     """Why `measure` gave no cost, in words for the log."""
     needed = _PREFIX_TOKENS + (
-        max(_ROWS_PER_SEQUENCE) + 1 if model.memory_kind.cuts_anywhere
+        max(_ROWS_PER_SEQUENCE) + 1 if not model.memory_kind.recurrent
         else (_REPEATS + 1) * sum(_ROWS_PER_SEQUENCE))
     if model.n_ctx_seq < needed:
         return f"a sequence's {model.n_ctx_seq} cells are too few to time it ({needed})"
@@ -250,7 +250,7 @@ def _time_shapes(model: LlamaModel, sequences: int, shapes: list[tuple[int, int,
     # A recurrent state cannot cut the timed rows again: there each step goes on from the
     # one before (its cost does not grow with the context; that of a hybrid model's
     # attention layers grows by a few hundred cells, which a step hardly notices).
-    cut = model.memory_kind.cuts_anywhere
+    cut = not model.memory_kind.recurrent
     if not cut and model.n_ctx_seq < _PREFIX_TOKENS + (repeats + 1) * sum(
             r for _, r, _ in shapes):
         return None

@@ -8,7 +8,8 @@ evaluates only its new tail. The scheduler decides *when*; this module keeps the
 and issues the llama.cpp memory calls.
 
 What a stream allows depends on the model's memory (backend/memory_kind.py): attention
-streams are cut anywhere; a recurrent state only by a rollback of the sequence's last
+streams are cut anywhere; sliding-window streams anywhere the window's cells are still
+held (`window_floor`); a recurrent state only by a rollback of the sequence's last
 decode (`Slot.room` tokens), or not at all. A prefix is only ever taken where it can be
 had exactly: cut there, or a whole stream (or saved prefix) that is exactly that
 prefix. Where a cut fails anyway, the stream is cleared with its token list, so the
@@ -81,20 +82,41 @@ class SlotTable:
 
     # --- what can be had exactly -----------------------------------------------------------
 
+    def window_floor(self, slot: Slot) -> int:
+        """On a sliding window, the fewest tokens the slot's stream can keep exactly: its
+        next token must see the window's cells before it, and those before the lowest
+        position it holds are gone (0 on other memories)."""
+        first = self.model.seq_first_position(slot.seq_id) if self.kind.windowed else -1
+        return first + self.kind.n_swa - 1 if first > 0 else 0
+
+    def _stored_floor(self, held: int) -> int:
+        """window_floor of a saved prefix of `held` tokens: llama.cpp's sequence state
+        leaves out the cells before the window of its last token."""
+        return held - 1 if self.kind.windowed and held > self.kind.n_swa else 0
+
     def can_cut(self, slot: Slot, keep: int) -> bool:
         """Whether the slot's stream can keep its first `keep` tokens (the rest cut)."""
         drop = len(slot.cached) - keep
-        return drop <= 0 or keep == 0 or self.kind.cuts_anywhere or drop <= slot.room
+        if drop <= 0 or keep == 0:
+            return True
+        if self.kind.recurrent:
+            return drop <= slot.room
+        return keep >= self.window_floor(slot)
 
-    def usable(self, held: int, common: int, *, own: Slot | None = None) -> int:
+    def usable(self, held: int, common: int, *, own: Slot | None = None,
+               floor: int = 0) -> int:
         """Of a stream (or saved prefix) of `held` tokens sharing `common` with a prompt,
-        the longest prefix it can give exactly: any where streams cut anywhere; else all
-        of it if it is all shared, or (`own`: the slot itself) within its rollback room."""
-        if self.kind.cuts_anywhere or common >= held:
+        the longest prefix it can give exactly: all of it if it is all shared; else, on a
+        recurrent state, only (`own`: the slot itself) within its rollback room; else
+        any prefix of at least `floor` tokens (window_floor)."""
+        if common >= held:
             return common
-        if own is not None and held - common <= own.room:
-            return common
-        return 0
+        if self.kind.recurrent:
+            return common if own is not None and held - common <= own.room else 0
+        return common if common >= floor else 0
+
+    def _slot_floor(self, slot: Slot) -> int:
+        return self.window_floor(slot) if slot.cached else 0
 
     # --- choosing and filling a slot -------------------------------------------------------
 
@@ -123,7 +145,8 @@ class SlotTable:
 
     def _own(self, slot: Slot, prompt: list[int], partition: str, limit: int) -> int:
         mine = slot.cached_for(partition)
-        return self.usable(len(mine), min(common_prefix(mine, prompt), limit), own=slot)
+        return self.usable(len(mine), min(common_prefix(mine, prompt), limit), own=slot,
+                           floor=self._slot_floor(slot))
 
     def best_source(self, prompt: list[int], dst: Slot, partition: str,
                     limit: int) -> PrefixSource:
@@ -134,10 +157,12 @@ class SlotTable:
             if slot is dst or not self.can_copy_from(slot):
                 continue
             mine = slot.cached_for(partition)
-            n = self.usable(len(mine), min(common_prefix(mine, prompt), limit))
+            n = self.usable(len(mine), min(common_prefix(mine, prompt), limit),
+                            floor=self._slot_floor(slot))
             if n > best.length:
                 best = PrefixSource(n, slot=slot)
-        stored, n = self.store.best(prompt[:limit], partition, self.usable)
+        stored, n = self.store.best(prompt[:limit], partition, lambda held, common: self.usable(
+            held, common, floor=self._stored_floor(held)))
         if stored is not None and n > best.length and len(stored.tokens) <= self.model.n_ctx_seq:
             best = PrefixSource(n, stored=stored)
         return best
@@ -153,14 +178,14 @@ class SlotTable:
             if (slot.target and len(slot.cached) < len(slot.target)
                     and slot.partition == partition):
                 n = min(common_prefix(slot.target, prompt), limit)
-                if n > length and (self.kind.cuts_anywhere or len(slot.cached) <= n):
+                if n > length and (not self.kind.recurrent or len(slot.cached) <= n):
                     best, length = slot, n
         return best, length
 
     def hold(self, slot: Slot, length: int) -> None:
         """The slot's prompt evaluation pauses at `length` (see Slot.holds), where a cut
         would not give that prefix."""
-        if not self.kind.cuts_anywhere and length > len(slot.cached):
+        if self.kind.recurrent and length > len(slot.cached):
             slot.holds.add(length)
 
     def fill(self, slot: Slot, prompt: list[int], source: PrefixSource, *, limit: int,
@@ -196,8 +221,10 @@ class SlotTable:
         if self.model.seq_restore(slot.seq_id, data, length):
             stored.last_used = time.monotonic()
             slot.cached = stored.tokens[:length]
-            return True
+            if self._window_held(slot):
+                return True
         log.warning("a saved prompt prefix did not load; evaluating it again")
+        self._reset(slot)
         return False
 
     def restore_state(self, slot: Slot, data: bytes, tokens: list[int], partition: str) -> bool:
@@ -209,7 +236,9 @@ class SlotTable:
             return True
         if self.model.seq_restore(slot.seq_id, data, len(tokens)):
             slot.cached = list(tokens)
-            return True
+            if self._window_held(slot):
+                return True
+        self._reset(slot)
         return False
 
     def copy_prefix(self, src: Slot, dst: Slot, length: int) -> bool:
@@ -218,7 +247,8 @@ class SlotTable:
         cut is copied whole: `length` must be all it holds. False: dst is empty."""
         self.spill(dst, keep=0)
         self._reset(dst)
-        if not self.kind.cuts_anywhere and length != len(src.cached):
+        if length < len(src.cached) and (self.kind.recurrent
+                                         or length < self._slot_floor(src)):
             return False
         if not self.model.seq_copy_prefix(src.seq_id, dst.seq_id, length):
             log.error("llama.cpp refused a copy of %d tokens; evaluating them again", length)
@@ -226,7 +256,10 @@ class SlotTable:
         dst.cached = src.cached[:length]
         dst.partition = src.partition
         self._copied_into.add(dst.seq_id)
-        return True
+        if self._window_held(dst):
+            return True
+        self._reset(dst)
+        return False
 
     def can_copy_from(self, slot: Slot) -> bool:
         return slot.seq_id not in self._copied_into and not slot.rolled_back
@@ -240,14 +273,24 @@ class SlotTable:
 
     def _cut(self, slot: Slot, keep: int) -> None:
         if keep > 0 and self.can_cut(slot, keep):
-            rolls_back = not self.kind.cuts_anywhere
             if self.model.seq_remove(slot.seq_id, keep, -1):
                 del slot.cached[keep:]
-                if rolls_back:
+                if self.kind.recurrent:
                     slot.room, slot.rolled_back = 0, True
-                return
-            log.error("llama.cpp refused to cut a stream at %d tokens; emptying it", keep)
+                if self._window_held(slot):
+                    return
+            else:
+                log.error("llama.cpp refused to cut a stream at %d tokens; emptying it", keep)
         self._reset(slot)
+
+    def _window_held(self, slot: Slot) -> bool:
+        """Whether a sliding-window stream still holds the cells its next token needs
+        (logged where not: the caller empties it). Always true on other memories."""
+        if self.window_floor(slot) <= len(slot.cached):
+            return True
+        log.error("a sliding-window stream of %d tokens lacks cells its window needs; "
+                  "emptying it", len(slot.cached))
+        return False
 
     def _reset(self, slot: Slot) -> None:
         """Empties the slot's stream and its books."""
@@ -260,14 +303,18 @@ class SlotTable:
         not kept, which the decode just written. False where that failed: the stream
         and its books are emptied, and the sequence cannot go on."""
         cells = len(slot.cached) + rejected
-        if (self.kind.cuts_anywhere or rejected <= slot.room) and self.model.seq_remove(
+        if (not self.kind.recurrent or rejected <= slot.room) and self.model.seq_remove(
                 slot.seq_id, len(slot.cached), -1):
-            if not self.kind.cuts_anywhere:
+            if self.kind.recurrent:
                 slot.room, slot.rolled_back = 0, True
-            return True
-        log.error("llama.cpp refused to remove %d rejected drafts of %d cells", rejected, cells)
-        self._reset(slot)
-        return False
+            held = self._window_held(slot)
+        else:
+            log.error("llama.cpp refused to remove %d rejected drafts of %d cells",
+                      rejected, cells)
+            held = False
+        if not held:
+            self._reset(slot)
+        return held
 
     def spill(self, slot: Slot, keep: int) -> None:
         """Saves a long prefix to host RAM before it is overwritten past `keep` tokens,
