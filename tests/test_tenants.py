@@ -15,7 +15,7 @@ from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
 from edge_server.api.http.host_guard import host_name, is_loopback
 
-KEY_A, KEY_B = "tenant-a-key", "tenant-b-key"
+KEY_A, KEY_B, ADMIN = "tenant-a-key", "tenant-b-key", "tenant-admin-key"
 OPENING = 16  # "Ledger N:" tokens every prompt here begins with
 WORDS = ["amber", "brook", "cedar", "delta", "ember", "fjord", "grove", "heron", "inlet",
          "juniper", "kestrel", "lagoon", "maple", "nettle", "osprey", "prairie"]
@@ -41,7 +41,7 @@ def cached(url: str, key: str, prompt: str) -> tuple[int, int]:
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     server = start_server(tmp_path_factory.mktemp("tenants"), "--parallel", "2",
                           "--ctx-size", "4096", "--api-key", KEY_A, "--api-key", KEY_B,
-                          name="tenants")
+                          "--admin-api-key", ADMIN, name="tenants")
     yield server
     stop_server(server)
     assert "Traceback" not in server.log_text()
@@ -76,7 +76,7 @@ def test_spilled_prefixes_are_restored_for_their_key_alone(keyed: RunningServer)
         assert hit < OPENING
         total = total if seed != 3 else total_seed
     stats = httpx.get(f"{keyed.base_url}/health", headers={
-        "Authorization": f"Bearer {KEY_A}"}).json()["models"][DEFAULT_MODEL]
+        "Authorization": f"Bearer {ADMIN}"}).json()["models"][DEFAULT_MODEL]
     assert stats["prompt_store_entries"] >= 1
     assert cached(keyed.base_url, KEY_B, first)[0] < OPENING
     assert cached(keyed.base_url, KEY_A, first)[0] >= total - OPENING

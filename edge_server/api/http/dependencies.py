@@ -20,6 +20,7 @@ from ...engine import Engine
 from ...engine.multimodal.image_scope import images_scope
 from ...model_pool import Lease, ModelPool, ModelUnavailable
 from ...model_spec import UnknownModel
+from .auth import require_admin, role_of
 from .body import parse_json_object
 from .errors import APIError, from_validation_error, model_not_found
 from .hold import RequestHold, hold_of
@@ -116,6 +117,31 @@ async def serve_with_model(
         return response
     response.when_read(hold.release)
     return _HeldResponse(response, hold)  # type: ignore[return-value]
+
+
+async def serve_on_get(request: Request, model: str,
+                       serve: Callable[[Engine], Awaitable[Response]]) -> Response:
+    """`serve_with_model` for a GET (/props, /slots), which never loads a model other
+    than the default one (any web page can make a browser send a GET): one not loaded
+    answers 409 `model_not_loaded`, or is loaded for an admin key (where keys are set);
+    an ordinary key gets a 403 for it."""
+    models = pool(request)
+    try:
+        spec = models.spec(model)
+    except UnknownModel as exc:
+        raise model_not_found(model) from exc
+    if spec.id == models.default_id or role_of(request) == "admin":
+        return await serve_with_model(request, model, serve)
+    lease = models.lease_if_loaded(model)
+    if lease is None:
+        require_admin(request, "loading a model by a GET")
+        raise APIError(409, f"model `{spec.id}` is not loaded, and a GET does not load it: "
+                       "send it a request (POST) first", param="model",
+                       code="model_not_loaded")
+    try:
+        return await serve(lease.engine)
+    finally:
+        lease.release()
 
 
 class _HeldResponse:

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ...engine.scheduler import JobStats
 from ...model_pool import ModelPool
 from .admission import Admission
+from .auth import require_admin
 from .draining import Drain
 from .memory_account import memory_account
 
@@ -192,7 +193,9 @@ _PARAM_TYPE = re.compile(r"\{(\w+):\w+\}")
 
 
 def metrics_route(metrics: Metrics) -> Route:
-    async def scrape(_: Request) -> Response:
+    async def scrape(request: Request) -> Response:
+        # Every key's work is in these counters: where keys are set, the admin key's.
+        require_admin(request, "reading /metrics (counters of every key's requests)")
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return Route("/metrics", scrape, methods=["GET"])

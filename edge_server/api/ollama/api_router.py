@@ -10,7 +10,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...engine import Engine
-from ..http.auth import require_admin
+from ...model_pool import ModelPool
+from ...model_spec import UnknownModel
+from ..http.auth import require_admin, role_of
 from ..http.dependencies import acquire, parse_body, pool, serve_with_model
 from . import blobs, models, names, profiles
 from .create import create
@@ -26,12 +28,23 @@ _serving = OllamaServing()
 _embedding = EmbedServing()
 
 
-def _keep_alive(request: Request, keep_alive: float | str | None) -> float | None:
-    """The request's keep_alive in seconds; 0 unloads the model for every caller, which
-    needs an admin key where keys are set."""
+def _keep_alive(request: Request, keep_alive: float | str | None, models_: ModelPool,
+                name: str) -> float | None:
+    """The request's keep_alive in seconds. What holds a model's memory for every caller
+    needs an admin key where keys are set: 0 (unloads it), and keeping it longer than the
+    server's default for it (negative: for good)."""
     seconds = keep_alive_seconds(keep_alive)
     if seconds == 0:
         require_admin(request, "keep_alive 0 (unloading the model for every caller)")
+    elif seconds is not None and role_of(request) == "user":
+        try:
+            default = models_.spec(name).keep_alive
+        except UnknownModel:
+            default = None  # answered as unknown where the model is looked up
+        default = models_.keep_alive if default is None else default
+        if default >= 0 and (seconds < 0 or seconds > default):
+            require_admin(request, f"keep_alive {keep_alive!r} (longer than this server's "
+                          f"{default:g} s for the model, held for every caller)")
     return seconds
 
 
@@ -40,9 +53,9 @@ async def _with_model(request: Request, model: str, keep_alive: float | str | No
     """Runs `serve` on the model's engine (loaded if need be); the model then stays for
     the request's keep_alive (the server's default when absent)."""
     clock = Clock()
-    seconds = _keep_alive(request, keep_alive)
     models_ = pool(request)
     name = names.pool_name(models_, model)
+    seconds = _keep_alive(request, keep_alive, models_, name)
 
     async def serving(engine: Engine) -> Response:
         clock.mark_loaded()
@@ -57,7 +70,7 @@ async def _load_or_unload(request: Request, model: str, keep_alive: float | str 
     """An empty chat or prompt loads the model, or with keep_alive 0 unloads it."""
     models_ = pool(request)
     name = names.pool_name(models_, model)
-    seconds = _keep_alive(request, keep_alive)
+    seconds = _keep_alive(request, keep_alive, models_, name)
     if seconds == 0:
         model_id = models_.spec(name).id
         models_.set_keep_alive(model_id, 0)

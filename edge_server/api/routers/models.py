@@ -12,7 +12,7 @@ from starlette.routing import Route
 from ...engine.backend import rpc_guard
 from ...model_pool import ModelPool
 from ...model_spec import ModelSpec, UnknownModel
-from ..http.auth import is_anonymous
+from ..http.auth import role_of
 from ..http.dependencies import pool
 from ..http.errors import model_not_found
 from ..http.memory_account import memory_account
@@ -89,16 +89,19 @@ async def retrieve_model(request: Request) -> JSONResponse:
 
 async def health(request: Request) -> JSONResponse:
     """200 once the default model is loaded and serving; 503 before (or if it failed),
-    and while draining after SIGTERM. Where keys are required, a caller without one
-    gets the status alone: per-model counters (images whose encoding was skipped, the
-    prompt store's entries) would tell it what other keys sent."""
-    answer, status = _health(request)
-    if is_anonymous(request):
+    and while draining after SIGTERM. The counters and the memory account (what every
+    key's work made: prompt-store entries, images encoded, tokens) go to the admin key
+    (or to all on a server without keys); an ordinary key gets the status and the
+    models' settings, a caller without a key the status alone. Nothing is gathered that
+    the answer leaves out."""
+    role = role_of(request)
+    answer, status = _health(request, detail=role in ("keyless", "admin"))
+    if role == "anonymous":
         answer = HealthResponse(status=answer.status)
     return _json(answer, status)
 
 
-def _health(request: Request) -> tuple[HealthResponse, int]:
+def _health(request: Request, *, detail: bool) -> tuple[HealthResponse, int]:
     models = pool(request)
     state = request.app.state
     if state.startup_error:
@@ -119,10 +122,11 @@ def _health(request: Request) -> tuple[HealthResponse, int]:
         # An engine step that runs this long is stuck in C: say so, so that a service
         # manager or load balancer stops sending work and restarts us.
         return HealthResponse(status="stalled", stalled_models=stalled), 503
-    return HealthResponse(status="ok", default_model=models.default_id,
-                          models=models.stats(), memory=memory_account(models),
-                          kv_cache=models.kv_cache(),
-                          cpu_kernels=models.cpu_kernels()), 200
+    answer = HealthResponse(status="ok", default_model=models.default_id,
+                            kv_cache=models.kv_cache(), cpu_kernels=models.cpu_kernels())
+    if detail:
+        answer.models, answer.memory = models.stats(), memory_account(models)
+    return answer, 200
 
 
 routes = [

@@ -24,13 +24,10 @@ from starlette.routing import Route
 from ... import __version__
 from ...default_model import DEFAULT_ALIAS
 from ...engine import Engine
-from ...model_spec import UnknownModel
 from ..common.llama_format import sampler_json
 from ..common.protocol import SamplingRequest
 from ..common.serving import sampling_params
-from ..http.auth import require_admin, role_of
-from ..http.dependencies import pool, serve_with_model
-from ..http.errors import APIError, model_not_found
+from ..http.dependencies import serve_on_get
 
 
 class Modalities(BaseModel):
@@ -97,24 +94,7 @@ async def props(request: Request) -> Response:
     async def serve(engine: Engine) -> Response:
         return JSONResponse(model_props(engine).model_dump())
 
-    name = request.query_params.get("model", DEFAULT_ALIAS)
-    models = pool(request)
-    try:
-        spec = models.spec(name)
-    except UnknownModel as exc:
-        raise model_not_found(name) from exc
-    if spec.id == models.default_id or role_of(request) == "admin":
-        return await serve_with_model(request, name, serve)
-    lease = models.lease_if_loaded(name)
-    if lease is None:
-        require_admin(request, "loading a model by a GET")
-        raise APIError(409, f"model `{spec.id}` is not loaded, and a GET does not load it: "
-                       "send it a request (POST) first", param="model",
-                       code="model_not_loaded")
-    try:
-        return await serve(lease.engine)
-    finally:
-        lease.release()
+    return await serve_on_get(request, request.query_params.get("model", DEFAULT_ALIAS), serve)
 
 
 routes = [Route("/props", props, methods=["GET"])]

@@ -1,8 +1,10 @@
 """GET /slots (llama-server's): what each slot of a model is doing, read-only. Off
 unless the server runs with --slots (then 501, as llama-server answers); behind the API
-key like every route. Counts only: a slot serves any caller, so no prompt text is shown.
-`?model=` names another model than the default; `?fail_on_no_slot=1` answers 503 when
-every slot is busy (llama-server's check for load balancers)."""
+key like every route. Counts only: a slot serves any caller, so no prompt text is shown,
+and an ordinary key sees counts only of the slots serving (or keeping) its own work; of
+the others, whether they are busy. `?model=` names another model than the default, and
+a GET loads none but the default (dependencies.serve_on_get); `?fail_on_no_slot=1`
+answers 503 when every slot is busy (llama-server's check for load balancers)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from starlette.routing import Route
 from ...default_model import DEFAULT_ALIAS
 from ...engine import Engine
 from ...engine.slot_view import SlotView
-from ..http.dependencies import serve_with_model
+from ..http.auth import role_of, tenant_of
+from ..http.dependencies import serve_on_get
 from ..http.errors import APIError
 
 
@@ -60,15 +63,18 @@ async def slots(request: Request) -> Response:
                        "`--slots`", type="not_supported_error", code="not_supported")
     fail_on_no_slot = request.query_params.get("fail_on_no_slot", "") in ("1", "true")
 
+    own = tenant_of(request) if role_of(request) == "user" else None
+
     async def serve(engine: Engine) -> Response:
         views = engine.slots()
         if fail_on_no_slot and all(view.busy for view in views):
             raise APIError(503, "no slot available", type="unavailable_error",
                            code="no_slot_available")
+        if own is not None:
+            views = [v if v.partition == own else v.anonymised() for v in views]
         return JSONResponse(SlotList([slot_state(view) for view in views]).model_dump())
 
-    return await serve_with_model(request, request.query_params.get("model", DEFAULT_ALIAS),
-                                  serve)
+    return await serve_on_get(request, request.query_params.get("model", DEFAULT_ALIAS), serve)
 
 
 routes = [Route("/slots", slots, methods=["GET"])]

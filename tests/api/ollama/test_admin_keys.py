@@ -1,7 +1,9 @@
 """Two tiers of API keys over real HTTP: an ordinary key uses models but gets a 403 for
-managing them (pull, copy, delete, keep_alive 0), an admin key (--admin-api-key) manages
-them; `GET /props?model=` never loads a model for a caller that may not load one (any web
-page can make a browser send a GET); a copy to a hub name followed by a pull of that name
+managing them (pull, copy, delete, keep_alive 0 or longer than the default), an admin key
+(--admin-api-key) manages them; `GET /props?model=` and `GET /slots?model=` never load a
+model for a caller that may not load one (any web page can make a browser send a GET);
+an ordinary key sees only its own work's counts (/slots) and none of every key's
+(/health's counters, /metrics); a copy to a hub name followed by a pull of that name
 leaves every name on its weights; copied names are bounded; the default model's file is
 not deleted."""
 
@@ -47,7 +49,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory, hub: LocalHub) -> Iterator[R
     tmp = tmp_path_factory.mktemp("admin-keys")
     server = start_server(tmp, "--registry", str(_registry(tmp)), "--api-key", USER,
                           "--admin-api-key", ADMIN, "--parallel", "2", "--ctx-size", "1024",
-                          name="admin-keys", env=_hub_env(hub, tmp))
+                          "--slots", name="admin-keys", env=_hub_env(hub, tmp))
     yield server
     stop_server(server)
     assert "Traceback" not in server.log_text(), server.log_text()
@@ -123,6 +125,49 @@ def test_get_props_never_loads_for_an_ordinary_key(keyed: RunningServer) -> None
             unloaded = admin.post("/api/generate", json={"model": SECOND, "keep_alive": 0})
             assert unloaded.json()["done_reason"] == "unload"
     assert SECOND + ":latest" not in _loaded(keyed)
+
+
+def test_get_slots_never_loads_for_an_ordinary_key(keyed: RunningServer) -> None:
+    assert SECOND + ":latest" not in _loaded(keyed)
+    with _client(keyed, USER) as user:
+        refused = user.get("/slots", params={"model": SECOND})
+        assert refused.status_code == 403, refused.text
+        assert SECOND + ":latest" not in _loaded(keyed)
+        assert user.get("/slots").status_code == 200  # the default model
+
+
+def test_an_ordinary_key_sees_only_its_own_work(keyed: RunningServer) -> None:
+    prompt = "Ledger of the admin: " + "amber cedar ember " * 60
+    with _client(keyed, ADMIN) as admin, _client(keyed, USER) as user:
+        done = admin.post("/v1/completions", json={"model": DEFAULT_MODEL, "prompt": prompt,
+                                                   "max_tokens": 1})
+        assert done.status_code == 200, done.text
+        held = [s for s in admin.get("/slots").json() if s["n_cached_tokens"] > 100]
+        assert held, "the admin key's prompt stays cached in a slot"
+        seen = {s["id"]: s for s in user.get("/slots").json()}
+        assert all(seen[s["id"]]["n_cached_tokens"] == 0 for s in held)
+        health = user.get("/health").json()
+        assert health["status"] == "ok" and not {"models", "memory"} & health.keys()
+        assert {"models", "memory"} <= admin.get("/health").json().keys()
+        metrics = user.get("/metrics")
+        assert metrics.status_code == 403 and "admin" in metrics.json()["error"]["message"]
+        assert "edge_server_" in admin.get("/metrics").text
+
+
+@pytest.mark.parametrize("keep_alive", [-1, "-1m", 301, "1h"])
+def test_an_ordinary_key_cannot_keep_a_model_longer(keyed: RunningServer,
+                                                    keep_alive: int | str) -> None:
+    body = {"model": DEFAULT_MODEL, "prompt": "Hi", "stream": False,
+            "options": {"num_predict": 1}, "keep_alive": keep_alive}
+    with _client(keyed, USER) as user:
+        refused = user.post("/api/generate", json=body)
+        assert refused.status_code == 403, refused.text
+        assert "admin" in refused.json()["error"]
+        assert user.post("/api/generate", json={**body, "keep_alive": 60}).status_code == 200
+    with _client(keyed, ADMIN) as admin:
+        assert admin.post("/api/generate", json=body).status_code == 200
+        # Back to the server's default for the tests that follow.
+        assert admin.post("/api/generate", json={**body, "keep_alive": 300}).status_code == 200
 
 
 def test_copy_to_a_hub_name_then_pull_keeps_every_name_on_its_weights(

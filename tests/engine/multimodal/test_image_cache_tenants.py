@@ -1,7 +1,8 @@
 """Tenants and images: with API keys, an image one key sent is encoded again for another
 key (the embedding cache is kept per key, so neither the time an encode takes nor a
 counter tells a key what another sent), and /health tells a caller without a valid key
-the status alone, not the per-model counters (image_encodes_skipped among them)."""
+the status alone, an ordinary key no per-model counters (image_encodes_skipped among
+them), the admin key everything."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server, write_test_projector
 from test_images import png_url
 
-KEY_A, KEY_B = "image-tenant-a", "image-tenant-b"
+KEY_A, KEY_B, ADMIN = "image-tenant-a", "image-tenant-b", "image-tenant-admin"
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,8 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("image-tenants")
     projector = write_test_projector(tmp / "mmproj.gguf")
     server = start_server(tmp, "--mmproj", str(projector), "--parallel", "2",
-                          "--api-key", KEY_A, "--api-key", KEY_B, name="image-tenants")
+                          "--api-key", KEY_A, "--api-key", KEY_B, "--admin-api-key", ADMIN,
+                          name="image-tenants")
     yield server
     stop_server(server)
     assert "Traceback" not in server.log_text()
@@ -43,8 +45,8 @@ def _ask(server: RunningServer, key: str, opening: str, image: str) -> None:
 
 
 def _images(server: RunningServer) -> tuple[int, int]:
-    """(images_encoded, image_encodes_skipped), as a caller with a key sees them."""
-    stats = httpx.get(f"{server.base_url}/health", headers=_bearer(KEY_A)).json()
+    """(images_encoded, image_encodes_skipped), as the admin key sees them."""
+    stats = httpx.get(f"{server.base_url}/health", headers=_bearer(ADMIN)).json()
     model = stats["models"][DEFAULT_MODEL]
     return model["images_encoded"], model["image_encodes_skipped"]
 
@@ -74,9 +76,15 @@ def test_health_tells_a_caller_without_a_key_the_status_alone(
 
 
 @pytest.mark.parametrize("headers", [_bearer(KEY_B), {"x-api-key": KEY_A}])
-def test_health_tells_a_caller_with_a_key_everything(
+def test_health_tells_an_ordinary_key_no_counters(
         keyed: RunningServer, headers: dict[str, str]) -> None:
     body = httpx.get(f"{keyed.base_url}/health", headers=headers).json()
+    assert body["status"] == "ok" and body["default_model"] == DEFAULT_MODEL
+    assert "kv_cache" in body and not {"models", "memory"} & body.keys()
+
+
+def test_health_tells_the_admin_key_everything(keyed: RunningServer) -> None:
+    body = httpx.get(f"{keyed.base_url}/health", headers=_bearer(ADMIN)).json()
     assert body["status"] == "ok" and body["default_model"] == DEFAULT_MODEL
     assert "image_encodes_skipped" in body["models"][DEFAULT_MODEL]
     assert {"memory", "kv_cache"} <= body.keys()
