@@ -1,5 +1,6 @@
 """The models one server serves: loaded on first use within a memory budget, unloaded
 after an idle time (like Ollama's keep_alive) or, least recently used first, to make room.
+Which model a name answers for is model_names.py's, which the pool builds on.
 
 What each model is charged is model_budget.py's; a load that cannot fit, even with every
 idle model unloaded, is refused rather than overcommitted.
@@ -21,8 +22,8 @@ from pathlib import Path
 from .engine import Engine
 from .engine.scheduler import JobStats
 from .model_budget import Budget
-from .model_spec import ModelSpec, UnknownModel, with_default
-from .model_store import is_name_pattern
+from .model_names import ModelNames
+from .model_spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,6 @@ class ModelUnavailable(RuntimeError):
         super().__init__(message)
         self.retry_after = retry_after
 
-
-class TooManyNames(ValueError):
-    """add_name past MAX_RUNTIME_NAMES."""
-
-
-# Names added while serving (/api/copy): each is listed by /v1/models and /api/tags.
-MAX_RUNTIME_NAMES = 256
 
 # A model that failed to load is not tried again for this long, doubling per failure:
 # a broken file must not cost a full load (and its memory) on every request.
@@ -88,7 +82,7 @@ class Lease:
             self._pool._release(self.model_id)
 
 
-class ModelPool:
+class ModelPool(ModelNames):
     def __init__(
         self,
         specs: list[ModelSpec],
@@ -99,17 +93,10 @@ class ModelPool:
         on_job_done: Callable[[str, JobStats], None] | None = None,
         serve_unknown: bool = False,
     ) -> None:
-        """`default`: id or alias of the model served by default (None: the first spec).
-        `serve_unknown`: names no model answers to are served by the default model."""
-        self.specs = with_default(specs, default)
-        self.serve_unknown = serve_unknown
-        self._by_name: dict[str, ModelSpec] = {}
-        for spec in self.specs:
-            for name in spec.names:
-                if is_name_pattern(name):
-                    continue  # matched by resolve(), never a name of its own
-                if self._by_name.setdefault(name, spec) is not spec:
-                    raise ValueError(f"model name `{name}` is used twice")
+        """The names are ModelNames' (`default`, `serve_unknown`); `memory_budget`: bytes
+        for loaded models (0: 75% of RAM); `keep_alive`: seconds a model stays after its
+        last use, where its spec does not say."""
+        super().__init__(specs, default=default, serve_unknown=serve_unknown)
         self._budget = Budget(memory_budget)
         self.memory_budget = self._budget.total
         self.keep_alive = keep_alive
@@ -119,36 +106,10 @@ class ModelPool:
         self.load_errors: dict[str, str] = {}
         self._failures: dict[str, _LoadFailure] = {}
         self.load_seconds: dict[str, float] = {}
-        self.runtime_names: set[str] = set()  # aliases added while serving (add_name)
         self._unloading: set[asyncio.Task[bool]] = set()
         self._reserved = self._budget.reserved  # held by models being loaded or freed
 
     # --- lookup and leases -------------------------------------------------------------
-
-    def spec(self, name: str) -> ModelSpec:
-        """The model `name` names exactly: its id or an alias (Ollama's routes, which
-        answer 404 for anything else, and model management)."""
-        spec = self._by_name.get(name)
-        if spec is None:
-            raise UnknownModel(name)
-        return spec
-
-    def resolve(self, name: str) -> ModelSpec:
-        """The model that serves requests for `name`: the one it names; else the first
-        whose glob alias matches it; else, with serve_unknown, the default model. Answers
-        carry the model's own id, so callers see which model answered."""
-        spec = self._by_name.get(name)
-        if spec is None:
-            spec = next((s for s in self.specs if s.matches_pattern(name)), None)
-        if spec is None and self.serve_unknown and self.specs:
-            spec = self.specs[0]
-        if spec is None:
-            raise UnknownModel(name)
-        return spec
-
-    @property
-    def default_id(self) -> str | None:
-        return self.specs[0].id if self.specs else None
 
     def is_loaded(self, model_id: str) -> bool:
         return model_id in self._loaded
@@ -214,47 +175,11 @@ class ModelPool:
 
     # --- names, files and keep-alive set at run time (Ollama's model management) ---------
 
-    def add_name(self, name: str, alias: str) -> ModelSpec:
-        """`alias` answers for the model `name` names from now on (not kept across
-        restarts)."""
-        spec = self.spec(name)
-        if alias in self._by_name:
-            raise ValueError(f"model name `{alias}` is already used")
-        if len(self.runtime_names) >= MAX_RUNTIME_NAMES:
-            raise TooManyNames(f"{MAX_RUNTIME_NAMES} names were added already; remove one "
-                               "first")
-        spec.aliases = (*spec.aliases, alias)
-        self._by_name[alias] = spec
-        self.runtime_names.add(alias)
-        return spec
-
-    def remove_name(self, alias: str) -> None:
-        """Removes an alias add_name gave."""
-        if alias not in self.runtime_names:
-            raise ValueError(f"`{alias}` was not added while serving")
-        spec = self.spec(alias)
-        spec.aliases = tuple(a for a in spec.aliases if a != alias)
-        del self._by_name[alias]
-        self.runtime_names.discard(alias)
-
-    def add_model(self, spec: ModelSpec) -> None:
-        """A model that came to be served at run time (a pulled file)."""
-        taken = [n for n in spec.names if n in self._by_name]
-        if taken:
-            raise ValueError(f"model name `{taken[0]}` is already used")
-        self.specs.append(spec)
-        for name in spec.names:
-            self._by_name[name] = spec
-
     def remove_model(self, model_id: str) -> None:
         """Stops serving a model add_model gave, and its names (it must not be loaded)."""
-        spec = self.spec(model_id)
-        if spec.id in self._loaded:
+        if self.spec(model_id).id in self._loaded:
             raise ValueError(f"model `{model_id}` is loaded")
-        for name in spec.names:
-            self._by_name.pop(name, None)
-            self.runtime_names.discard(name)
-        self.specs.remove(spec)
+        super().remove_model(model_id)
 
     def set_file(self, name: str, path: Path | None, missing_reason: str = "") -> None:
         """The model's file is now `path` (pulled), or gone (None: deleted)."""

@@ -105,6 +105,16 @@ def _common(writer: GGUFWriter, arch: str, layers: int) -> None:
     writer.add_float32(f"{arch}.rope.freq_base", 10000.0)
 
 
+def _attention_keys(writer: GGUFWriter, kv_heads: int) -> None:
+    """The FFN width and attention heads of the attention models: `kv_heads` KV heads,
+    keys and values one head wide."""
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(HEAD)
+    writer.add_value_length(HEAD)
+
+
 def _ssm_keys(writer: GGUFWriter, arch: str, *, d_inner: int, n_group: int,
               n_head: int) -> None:
     writer.add_uint32(f"{arch}.ssm.conv_kernel", SSM_CONV)
@@ -120,11 +130,7 @@ def _qwen35(writer: GGUFWriter, w: Weights) -> None:
     layers, n_group, n_v_heads = 4, 2, 4
     d_inner = SSM_STATE * n_v_heads
     _common(writer, "qwen35", layers)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS // 2)
-    writer.add_key_length(HEAD)
-    writer.add_value_length(HEAD)
+    _attention_keys(writer, HEADS // 2)
     writer.add_rope_dimension_count(HEAD)
     writer.add_array("qwen35.rope.dimension_sections", [4, 2, 2, 0])
     writer.add_uint32("qwen35.full_attention_interval", 2)
@@ -237,11 +243,7 @@ def _qwen3moe(writer: GGUFWriter, w: Weights) -> None:
     """Attention with a mixture of 4 experts, 2 used per token (qwen3moe.cpp)."""
     layers, experts, n_ff_exp = 2, 4, 64
     _common(writer, "qwen3moe", layers)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS // 2)
-    writer.add_key_length(HEAD)
-    writer.add_value_length(HEAD)
+    _attention_keys(writer, HEADS // 2)
     writer.add_expert_count(experts)
     writer.add_expert_used_count(2)
     writer.add_expert_feed_forward_length(n_ff_exp)
@@ -261,11 +263,7 @@ def _gemma3(writer: GGUFWriter, w: Weights) -> None:
     have five sliding layers to each full one)."""
     layers = 2
     _common(writer, "gemma3", layers)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(1)
-    writer.add_key_length(HEAD)
-    writer.add_value_length(HEAD)
+    _attention_keys(writer, 1)
     writer.add_sliding_window(SLIDING_WINDOW)
     writer.add_uint32("gemma3.attention.sliding_window_pattern", 2)
     writer.add_float32("gemma3.rope.freq_base_swa", 10000.0)

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,16 @@ def wait_healthy(server: RunningServer, timeout: float = 120.0) -> None:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"server not healthy in {timeout}s:\n{server.log_text()}")
+
+
+def until(condition: Callable[[], object], seconds: float = 10.0) -> bool:
+    """Whether `condition` came true within `seconds` (polled)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def stop_server(server: RunningServer) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from conftest import (
     RunningServer,
     start_server,
     stop_server,
+    until,
     write_test_projector,
 )
 from local_hub import LocalHub
@@ -76,15 +76,6 @@ def _listed(oc: ollama.Client) -> set[str]:
 
 def _loaded(oc: ollama.Client) -> set[str]:
     return {m.model or "" for m in oc.ps().models}
-
-
-def _until(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_api_key_as_bearer_token(models_server: tuple[RunningServer, Path]) -> None:
@@ -205,7 +196,7 @@ def test_keep_alive_zero_unloads_and_load_requests(oc: ollama.Client) -> None:
 
     answer = oc.chat(model="tiny", messages=HI, keep_alive=0, options={"num_predict": 2})
     assert answer.done
-    assert _until(lambda: "tiny:latest" not in _loaded(oc), 5.0)
+    assert until(lambda: "tiny:latest" not in _loaded(oc), 5.0)
 
     oc.generate(model="tiny", prompt="Hi", keep_alive="-1", options={"num_predict": 1})
     forever = next(m for m in oc.ps().models if m.model == "tiny:latest")

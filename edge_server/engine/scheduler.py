@@ -265,7 +265,8 @@ class Scheduler:
         self.grouped_steps += step.grouped
 
         status = self.threads.decode(self.model, batch)
-        self.kv.decoded(batch.rows_per_sequence())
+        # Rows per sequence set a recurrent state's rollback room: attention needs none.
+        self.kv.decoded(None if self.kv.kind.cuts_anywhere else batch.rows_per_sequence())
         if status != 0:
             # Streams are sized so that checked requests fit: this is llama.cpp failing.
             for job in list(self._jobs):

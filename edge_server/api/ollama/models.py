@@ -21,7 +21,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...model_pool import ModelPool, TooManyNames
+from ...model_names import TooManyNames
+from ...model_pool import ModelPool
 from ...model_spec import ModelSpec
 from ...model_store import ModelStore
 from ..chat.tool_parsers import think_markers

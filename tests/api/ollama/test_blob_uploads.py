@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import RunningServer, start_server, stop_server
+from conftest import RunningServer, start_server, stop_server, until
 
 MIB = 2**20
 ROOM = 300 * MIB  # what the server may fill: the free space less --min-free-disk-mb
@@ -50,15 +50,6 @@ def models(tmp_path: Path) -> Iterator[Path]:
 
 def _uploads(models: Path) -> list[Path]:
     return list((models / "blobs").glob(".upload-*"))
-
-
-def _until(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _upload(server: RunningServer, declared: int | None, send: int = MIB) -> socket.socket:
@@ -92,18 +83,18 @@ def test_uploads_in_flight_share_the_room(tmp_path: Path, models: Path, first: i
     server = _start(tmp_path, models, "blobs-room")
     try:
         held = _upload(server, first)
-        assert _until(lambda: len(_uploads(models)) == 1)
+        assert until(lambda: len(_uploads(models)) == 1)
         assert _answer(held, 0.5) is None  # admitted: being read
         # Fits the free disk alone, not with the first: refused at once.
         refused = _upload(server, second, send=4)
         assert (_answer(refused, 10) or "").endswith("413 Request Entity Too Large")
         refused.close()
         held.close()  # the client goes: its file and its room with it
-        assert _until(lambda: not _uploads(models)), _uploads(models)
+        assert until(lambda: not _uploads(models)), _uploads(models)
         admitted = _upload(server, second)
         assert _answer(admitted, 1.0) is None
         admitted.close()
-        assert _until(lambda: not _uploads(models)), _uploads(models)
+        assert until(lambda: not _uploads(models)), _uploads(models)
     finally:
         stop_server(server)
     assert "Traceback" not in server.log_text(), server.log_text()
@@ -114,7 +105,7 @@ def test_an_upload_cut_by_a_stopping_server_leaves_no_file(tmp_path: Path, model
     server = _start(tmp_path, models, "blobs-stop", "--drain-timeout", "1")
     held = _upload(server, 100 * MIB)
     try:
-        assert _until(lambda: len(_uploads(models)) == 1)
+        assert until(lambda: len(_uploads(models)) == 1)
         server.process.send_signal(signal.SIGTERM)  # the drain ends before the upload
         server.process.wait(timeout=60)
     finally:

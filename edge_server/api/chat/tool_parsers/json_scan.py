@@ -23,6 +23,50 @@ _CONTAINER_STOP = re.compile(r'["{}\[\]]')
 _SCALAR_STOP = re.compile(r"[ \t\r\n,:\]}]")
 
 
+class JsonEnd:
+    """Where the JSON container or string that starts at a position ends, read as its
+    text arrives: `feed` takes the text from where it last stopped."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+
+    def feed(self, text: str, pos: int = 0) -> int | None:
+        """The index in `text` just past the value, reading from `pos`; None while the
+        value goes on past the end of `text` (whose reading is kept for the next)."""
+        i, n = pos, len(text)
+        while i < n:
+            if self.in_string:
+                if self.escaped:
+                    self.escaped, i = False, i + 1
+                    continue
+                m = _STRING_STOP.search(text, i)
+                if m is None:
+                    return None
+                i = m.end()
+                if m.group() == "\\":
+                    self.escaped = True
+                else:
+                    self.in_string = False
+                    if self.depth == 0:
+                        return i  # a string value ends with its closing quote
+                continue
+            m = _CONTAINER_STOP.search(text, i)
+            if m is None:
+                return None
+            c, i = m.group(), m.end()
+            if c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if self.depth == 0:
+                    return i
+        return None
+
+
 class RawValue:
     """One JSON value (object, array, string or scalar), read from its first character.
 
@@ -33,55 +77,31 @@ class RawValue:
     def __init__(self) -> None:
         self.kind = ""  # "string", "container" or "scalar", set by the first character
         self.done = False
-        self._depth = 0
-        self._in_string = False
-        self._escaped = False
+        self._json: JsonEnd | None = None  # a string's or container's reading
 
     def feed(self, text: str) -> int:
         """Reads what belongs to the value; returns how many characters that was."""
-        i, n = 0, len(text)
-        if not self.kind and text:
+        if self.done or not text:
+            return 0
+        start = 0
+        if not self.kind:
             first = text[0]
-            if first == '"':
-                self.kind, self._in_string = "string", True
-            elif first in "{[":
-                self.kind, self._depth = "container", 1
+            if first in '"{[':
+                self.kind = "string" if first == '"' else "container"
+                self._json = JsonEnd()
             else:
-                self.kind = "scalar"
-            i = 1
-        while i < n and not self.done:
-            if self.kind == "scalar":
-                m = _SCALAR_STOP.search(text, i)
-                if m is None:
-                    return n
-                self.done = True
-                return m.start()
-            if self._in_string:
-                if self._escaped:
-                    self._escaped, i = False, i + 1
-                    continue
-                m = _STRING_STOP.search(text, i)
-                if m is None:
-                    return n
-                i = m.end()
-                if m.group() == "\\":
-                    self._escaped = True
-                else:
-                    self._in_string = False
-                    self.done = self.kind == "string"
-                continue
-            m = _CONTAINER_STOP.search(text, i)
+                self.kind, start = "scalar", 1  # a scalar's first character is its own
+        if self._json is None:
+            m = _SCALAR_STOP.search(text, start)
             if m is None:
-                return n
-            c, i = m.group(), m.end()
-            if c == '"':
-                self._in_string = True
-            elif c in "{[":
-                self._depth += 1
-            else:
-                self._depth -= 1
-                self.done = self._depth == 0
-        return i
+                return len(text)
+            self.done = True
+            return m.start()
+        end = self._json.feed(text)
+        if end is None:
+            return len(text)
+        self.done = True
+        return end
 
     def end(self) -> None:
         """The text ended: a scalar is complete now; other values stay cut off."""

@@ -9,62 +9,14 @@ what it reads, not the length of the block.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import regex
 
-from .json_scan import WHITESPACE
+from .json_scan import WHITESPACE, JsonEnd
 
-# What can change a JSON value's nesting: in a string, its end or an escape; outside, a
-# string's start and brackets. Runs of anything else are skipped at C speed.
-_IN_STRING = re.compile(r'["\\]')
-_OUTSIDE = re.compile(r'["{}\[\]]')
+# A scalar value runs to what ends it in a block of calls.
 _SCALAR = regex.compile(r"[^\s,\]}<]*")
-
-
-class JsonEnd:
-    """Where the JSON container or string that starts at a position ends, read as its
-    text arrives: `feed` takes the text from where it last stopped."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.in_string = False
-        self.escaped = False
-
-    def feed(self, text: str, pos: int = 0) -> int | None:
-        """The index in `text` just past the value, reading from `pos`; None while the
-        value goes on past the end of `text` (whose reading is kept for the next)."""
-        i, n = pos, len(text)
-        while i < n:
-            if self.in_string:
-                if self.escaped:
-                    self.escaped, i = False, i + 1
-                    continue
-                m = _IN_STRING.search(text, i)
-                if m is None:
-                    return None
-                i = m.end()
-                if m.group() == "\\":
-                    self.escaped = True
-                else:
-                    self.in_string = False
-                    if self.depth == 0:
-                        return i  # a string value ends with its closing quote
-                continue
-            m = _OUTSIDE.search(text, i)
-            if m is None:
-                return None
-            c, i = m.group(), m.end()
-            if c == '"':
-                self.in_string = True
-            elif c in "{[":
-                self.depth += 1
-            else:
-                self.depth -= 1
-                if self.depth == 0:
-                    return i
-        return None
 
 
 def json_value_end(text: str, final: bool, pos: int = 0) -> tuple[int | None, JsonEnd | None]:

@@ -356,7 +356,7 @@ class ToolCallParser:
     def _end_call(self) -> None:
         call = self._call
         assert call is not None
-        if call.arguments_key is None and not "".join(call.pending):
+        if call.arguments_key is None and not any(call.pending):
             self._arguments("{}")  # a call without arguments takes none
         self._call, self._object = None, None
 
