@@ -339,6 +339,7 @@ class Engine:
             "kv_cache": buffers.get("kv_cache", 0),
             "compute_buffers": buffers.get("compute", 0),
             "prompt_store": self.scheduler.kv.store.used_bytes,
+            "checkpoints": self.scheduler.kv.checkpoint_bytes(),
             "embedding_context": embedder.bytes if embedder is not None else 0,
             "projector": self._projector_bytes,
             "image_cache": projector.cached_bytes if projector is not None else 0,

@@ -281,6 +281,7 @@ class Scheduler:
             self._save_prompt_state(job)
             job.report_progress()
             if not job.prefilling:
+                self.kv.checkpoint(job.slot)
                 self._start_choices(job)
         for job, choice in step.firsts:
             if job not in self._jobs:  # ended meanwhile (an abort)

@@ -11,7 +11,8 @@ each model's parts are the buffers llama.cpp reported allocating for it at load.
   the CPU's kernels, or a model not mapped: `weights_copied`, `weights` less
   `weights_mapped`), the KV cache (resident whole from load: llama.cpp clears it),
   llama.cpp's compute buffers (allocated; their pages resident as steps touch them),
-  the prompt store's entries in RAM, the embedding context (only once an embeddings
+  the prompt store's entries in RAM, recurrent models' checkpoints (engine/kv/
+  checkpoints.py), the embedding context (only once an embeddings
   request made it), the projector and its image cache; process-wide: the grammar cache;
   and `other`, the rest: Python's heap, allocator arenas, thread stacks, less compute
   buffer pages never touched (so it can be negative).
@@ -32,7 +33,8 @@ from pathlib import Path
 from ...engine.grammar.json_grammar import grammar_cache_bytes
 from ...model_pool import ModelPool
 
-MODEL_PARTS = ("kv_cache", "compute_buffers", "prompt_store", "embedding_context",
+MODEL_PARTS = ("kv_cache", "compute_buffers", "prompt_store", "checkpoints",
+               "embedding_context",
                "projector", "image_cache")
 PARTS = ("weights", "weights_mapped", "weights_copied", *MODEL_PARTS, "grammar_cache",
          "file_backed", "other")

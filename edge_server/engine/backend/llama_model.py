@@ -379,6 +379,25 @@ class LlamaModel:
         self.seq_clear(dst)
         return False
 
+    def seq_checkpoint(self, seq_id: int) -> bytes:
+        """The recurrent part of one sequence's state (kv/checkpoints.py)."""
+        flags = lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = lc.llama_state_seq_get_size_ext(self.ctx, seq_id, flags)
+        buf = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_seq_get_data_ext(self.ctx, buf, size, seq_id, flags)
+        return ctypes.string_at(buf, written)
+
+    def seq_restore_checkpoint(self, seq_id: int, data: bytes, length: int) -> bool:
+        """Sets seq_id's recurrent part back to a checkpoint of its first `length` tokens
+        and removes its attention cells past them; False where llama.cpp refused either
+        or the sequence does not end there afterwards (the caller clears it)."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        flags = lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        return (lc.llama_state_seq_set_data_ext(self.ctx, buf, len(data), seq_id, flags)
+                == len(data)
+                and bool(lc.llama_memory_seq_rm(self.memory, seq_id, length, -1))
+                and lc.llama_memory_seq_pos_max(self.memory, seq_id) == length - 1)
+
     def seq_first_position(self, seq_id: int) -> int:
         """The lowest position whose cell the sequence holds (-1: none). On a sliding
         window, cells before it may have been left out (see memory_kind.py)."""

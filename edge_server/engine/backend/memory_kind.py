@@ -95,8 +95,9 @@ class MemoryKind:
         if self.windowed:
             return "anywhere the window's cells are still held"
         if self.rollback:
-            return f"the last decode's tokens, {self.rollback} at most"
-        return "nothing"
+            return (f"the last decode's tokens, {self.rollback} at most, or back to a "
+                    "checkpoint")
+        return "back to a checkpoint"
 
     def describe(self) -> dict[str, object]:
         """For /props: the kind, what cuts, whether it drafts."""

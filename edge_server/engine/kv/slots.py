@@ -10,10 +10,10 @@ and issues the llama.cpp memory calls.
 What a stream allows depends on the model's memory (backend/memory_kind.py): attention
 streams are cut anywhere; sliding-window streams anywhere the window's cells are still
 held (`window_floor`); a recurrent state only by a rollback of the sequence's last
-decode (`Slot.room` tokens), or not at all. A prefix is only ever taken where it can be
-had exactly: cut there, or a whole stream (or saved prefix) that is exactly that
-prefix. Where a cut fails anyway, the stream is cleared with its token list, so the
-books never claim cells the stream does not hold.
+decode (`Slot.room` tokens), or back to one of its checkpoints (checkpoints.py). A
+prefix is only ever taken where it can be had exactly: cut there, or a whole stream (or
+saved prefix) that is exactly that prefix. Where a cut fails anyway, the stream is
+cleared with its token list, so the books never claim cells the stream does not hold.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend.llama_model import LlamaModel
+from . import checkpoints
+from .checkpoints import Checkpoint
 from .prompt_store import PromptStore, StoredPrefix, common_prefix
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ class Slot:
     # Where this slot's prompt evaluation pauses for a step, so that requests waiting
     # for that prefix copy the whole stream there (a state that cannot be cut).
     holds: set[int] = field(default_factory=set)
+    # A recurrent state as it was after the stream's last prompts (checkpoints.py).
+    checkpoints: list[Checkpoint] = field(default_factory=list)
 
     def cached_for(self, partition: str) -> list[int]:
         """What this stream holds that a request of `partition` may reuse."""
@@ -100,19 +104,25 @@ class SlotTable:
         if drop <= 0 or keep == 0:
             return True
         if self.kind.recurrent:
-            return drop <= slot.room
+            return drop <= slot.room or checkpoints.at(slot.checkpoints, keep) is not None
         return keep >= self.window_floor(slot)
 
     def usable(self, held: int, common: int, *, own: Slot | None = None,
                floor: int = 0) -> int:
         """Of a stream (or saved prefix) of `held` tokens sharing `common` with a prompt,
         the longest prefix it can give exactly: all of it if it is all shared; else, on a
-        recurrent state, only (`own`: the slot itself) within its rollback room; else
-        any prefix of at least `floor` tokens (window_floor)."""
+        recurrent state, only (`own`: the slot itself) within its rollback room, or up to
+        its newest checkpoint within the prefix; else any prefix of at least `floor`
+        tokens (window_floor)."""
         if common >= held:
             return common
         if self.kind.recurrent:
-            return common if own is not None and held - common <= own.room else 0
+            if own is None:
+                return 0
+            if held - common <= own.room:
+                return common
+            checkpoint = checkpoints.newest_within(own.checkpoints, common)
+            return checkpoint.tokens if checkpoint is not None else 0
         return common if common >= floor else 0
 
     def _slot_floor(self, slot: Slot) -> int:
@@ -273,15 +283,41 @@ class SlotTable:
 
     def _cut(self, slot: Slot, keep: int) -> None:
         if keep > 0 and self.can_cut(slot, keep):
-            if self.model.seq_remove(slot.seq_id, keep, -1):
+            if self._remove_tail(slot, keep):
                 del slot.cached[keep:]
-                if self.kind.recurrent:
-                    slot.room, slot.rolled_back = 0, True
+                slot.checkpoints = checkpoints.within(slot.checkpoints, keep)
                 if self._window_held(slot):
                     return
             else:
                 log.error("llama.cpp refused to cut a stream at %d tokens; emptying it", keep)
         self._reset(slot)
+
+    def _remove_tail(self, slot: Slot, keep: int) -> bool:
+        """llama.cpp's cut after `keep` tokens; on a recurrent state a rollback of its
+        last decode, or else its checkpoint there restored (can_cut said which)."""
+        if not self.kind.recurrent:
+            return self.model.seq_remove(slot.seq_id, keep, -1)
+        if len(slot.cached) - keep <= slot.room:
+            slot.room, slot.rolled_back = 0, True
+            return self.model.seq_remove(slot.seq_id, keep, -1)
+        checkpoint = checkpoints.at(slot.checkpoints, keep)
+        slot.room, slot.rolled_back = 0, False
+        return checkpoint is not None and self.model.seq_restore_checkpoint(
+            slot.seq_id, checkpoint.data, keep)
+
+    def checkpoint(self, slot: Slot) -> None:
+        """Keeps a checkpoint of the slot's recurrent state where its stream ends now (a
+        prompt just evaluated), for the next request sharing all of it."""
+        length = len(slot.cached)
+        if (not self.kind.recurrent or not length or slot.rolled_back
+                or checkpoints.at(slot.checkpoints, length) is not None):
+            return
+        data = self.model.seq_checkpoint(slot.seq_id)
+        if data:
+            slot.checkpoints = checkpoints.with_new(slot.checkpoints, Checkpoint(length, data))
+
+    def checkpoint_bytes(self) -> int:
+        return sum(len(c.data) for slot in self.slots for c in slot.checkpoints)
 
     def _window_held(self, slot: Slot) -> bool:
         """Whether a sliding-window stream still holds the cells its next token needs
@@ -296,6 +332,7 @@ class SlotTable:
         """Empties the slot's stream and its books."""
         self.model.seq_clear(slot.seq_id)
         slot.cached = []
+        slot.checkpoints = []
         slot.room, slot.rolled_back = 0, False
 
     def drop_unconfirmed(self, slot: Slot, rejected: int) -> bool:
