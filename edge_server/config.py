@@ -79,7 +79,7 @@ class ServeOptions:
                           "drafted rows' logits come from multi-row kernels, so greedy text "
                           "can part from undrafted decoding after some tokens (a request's "
                           "`draft: false` avoids it). Steps draft only where this machine's "
-                          "measured step cost says it pays (0: off; default: 8 where "
+                          "measured step cost says it pays (0: off; default: 15 where "
                           "the model runs on the CPU alone, 0 with a GPU or --rpc)")
     stream_interval_ms: float = _opt(15.0, "after a request's first token, its tokens go "
                                      "to the HTTP layer at most this often, each still its "
@@ -233,7 +233,7 @@ def _keys(given: list[str], file: Path | None) -> list[str]:
     return keys
 
 
-def _env_name(name: str) -> str:
+def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
@@ -271,7 +271,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         meta = dict(f.metadata)
         helptext = meta.pop("help")
         default = [] if f.default is dataclasses.MISSING else f.default
-        helptext += f" [env {_env_name(f.name)}; default {default!r}]"
+        helptext += f" [env {env_name(f.name)}; default {default!r}]"
         helptext = helptext.replace("%", "%%")  # argparse formats help with %
         kwargs: dict[str, Any] = {"help": helptext, "default": argparse.SUPPRESS, **meta}
         if "action" not in meta:
@@ -284,7 +284,7 @@ def resolve_options(flags: argparse.Namespace, environ: dict[str, str] | None = 
     environ = dict(os.environ if environ is None else environ)
     given = {k: v for k, v in vars(flags).items() if k in _FIELD_TYPES}
     config_path = given.get("config") or (
-        Path(environ[_env_name("config")]) if _env_name("config") in environ else None)
+        Path(environ[env_name("config")]) if env_name("config") in environ else None)
     values: dict[str, Any] = {}
     if config_path is not None:
         with open(config_path, "rb") as fh:
@@ -294,8 +294,8 @@ def resolve_options(flags: argparse.Namespace, environ: dict[str, str] | None = 
                     raise ValueError(f"unknown option {key!r} in {config_path}")
                 values[name] = _coerce(value, _FIELD_TYPES[name])
     for name, annotation in _FIELD_TYPES.items():
-        if _env_name(name) in environ:
-            values[name] = _coerce(environ[_env_name(name)], annotation)
+        if env_name(name) in environ:
+            values[name] = _coerce(environ[env_name(name)], annotation)
     values.update(given)
     values["config"] = config_path
     return ServeOptions(**values)
