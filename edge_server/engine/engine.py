@@ -170,7 +170,11 @@ class Engine:
         if self.settings.prompt_cache_dir is None:
             return None
         # Saved KV is only valid for this file, llama.cpp build and KV layout.
-        stat = self.path.stat()
+        try:
+            stat = self.path.stat()
+        except OSError:  # the file was deleted or replaced while loaded: nothing to key by
+            log.info("%s: its file is gone; its prompt caches are not kept", self.model_id)
+            return None
         identity = f"{self.fingerprint}|{stat.st_mtime_ns}|{self.model.kv_layout}"
         key = hashlib.sha256(identity.encode()).hexdigest()[:16]
         return self.settings.prompt_cache_dir / f"{self.path.stem}-{key}"
