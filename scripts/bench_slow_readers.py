@@ -12,7 +12,14 @@ reads each at --rate bytes a second for --seconds (small receive buffers, so the
 answers wait in the server, not in the kernel). Meanwhile it samples the server's
 VmRSS from /proc and times a short completion every few seconds. Prints the RSS before
 and at its peak, the probes' times, how the readers ended, and the server's counters.
-A benchmark: it prints figures and checks nothing.
+A benchmark: it prints figures; with --check it also exits 1 unless the bound held
+(send buffer bytes at most --send-buffer-mb when sampled, some readers closed over
+it, RSS grown by less than --check-rss-mb, every probe answered 200). Too long for the
+test suite on a small machine (the answers must outgrow the kernel's buffers first):
+
+    .venv/bin/python scripts/bench_slow_readers.py --check --send-buffer-mb 1 \
+        --clients 8 --max-tokens 1500 --rate 1024 --seconds 240 --send-timeout 600 \
+        --server-arg=--parallel --server-arg=4 --server-arg=--ctx-size --server-arg=2048
 """
 
 from __future__ import annotations
@@ -114,6 +121,8 @@ def main() -> int:
     parser.add_argument("--send-buffer-mb", type=float, default=256)
     parser.add_argument("--send-timeout", type=float, default=120)
     parser.add_argument("--server-arg", action="append", default=[])
+    parser.add_argument("--check", action="store_true", help="exit 1 unless the bound held")
+    parser.add_argument("--check-rss-mb", type=float, default=64)
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-slow-readers-"))
@@ -168,6 +177,15 @@ def main() -> int:
         print(f"probe completions: {len(probe_times)}, codes {sorted(set(probe_codes))}, "
               f"median {statistics.median(probe_times):.2f} s, max {max(probe_times):.2f} s")
     print("counters at the end: " + ", ".join(f"{k} {v:g}" for k, v in final.items()))
+    if args.check:
+        failed = [what for what, ok in [
+            ("send buffer over the bound", held_peak <= args.send_buffer_mb * 2**20),
+            ("no reader closed over the bound",
+             final.get("edge_server_send_buffer_closed_over_limit_total", 0) >= 1),
+            ("RSS grew too much", peak - rss_before < args.check_rss_mb),
+            ("a probe was not answered 200", set(probe_codes) <= {200})] if not ok]
+        print("check: " + ("; ".join(failed) if failed else "the bound held"))
+        return 1 if failed else 0
     return 0
 
 
