@@ -182,6 +182,7 @@ def serve(opts: ServeOptions) -> int:
     from .api.http.cors import check_origin
     from .api.http.metrics import Metrics
     from .api.http.replica import check_replica_name
+    from .api.http.send_buffers import SendBuffers
     from .api.responses.store import StoreError
     from .engine.backend import rpc_guard
     from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
@@ -216,6 +217,8 @@ def serve(opts: ServeOptions) -> int:
         print(f"edge-server: {exc}", file=sys.stderr)
         return 2
     metrics = Metrics()
+    send_buffers = SendBuffers(int(opts.send_buffer_mb * 1024 * 1024), opts.send_timeout)
+    metrics.watch_send_buffers(send_buffers)
     pool = ModelPool(specs, default=default_id, memory_budget=opts.memory_budget_mb * 1024 * 1024,
                      keep_alive=opts.keep_alive, on_job_done=metrics.observe_job,
                      serve_unknown=opts.serve_unknown_models)
@@ -228,7 +231,7 @@ def serve(opts: ServeOptions) -> int:
                      slots=opts.slots, responses=responses)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=opts.log_level,
                             timeout_graceful_shutdown=int(opts.drain_timeout),
-                            http=http_protocol(opts.send_timeout),
+                            http=http_protocol(send_buffers, opts.limit_concurrency),
                             **tls)  # type: ignore[arg-type]
     app.state.watchdog_seconds = opts.watchdog_seconds
     server = DrainingServer(config, app.state.drain)

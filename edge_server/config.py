@@ -165,10 +165,16 @@ class ServeOptions:
                                     "comma-separated; * allows any): other names get a 403, "
                                     "which stops DNS rebinding from web pages",
                                     action="append")
-    send_timeout: float = _opt(120.0, "seconds a send may wait on a client that reads "
-                               "nothing before its connection is closed (its slot, queue "
+    send_timeout: float = _opt(120.0, "seconds a connection may stay behind (holding "
+                               "written output its client has not taken, however it "
+                               "drains meanwhile) before it is closed (its slot, queue "
                                "place and model are free from when the engine finished; "
                                "the rest of the answer waits in memory until then)")
+    send_buffer_mb: float = _opt(256.0, "MiB of answers waiting for their readers, all "
+                                 "connections together; over it, the connections longest "
+                                 "behind are closed first")
+    limit_concurrency: int = _opt(512, "most connections, and most requests, served at "
+                                  "once; one over it is answered 503 and closed")
     drain_timeout: float = _opt(30.0, "seconds SIGTERM waits for requests in flight; "
                                 "meanwhile /health and new requests answer 503")
     replica_name: str | None = _opt(None, "name sent in the X-Edge-Replica header of every "
@@ -197,6 +203,10 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if not self.send_timeout > 0:
             raise ValueError("--send-timeout must be more than 0 seconds")
+        if not 1 <= self.send_buffer_mb <= 1024 * 1024:
+            raise ValueError("--send-buffer-mb must be from 1 to 1048576 MiB")
+        if not 1 <= self.limit_concurrency <= 1_000_000:
+            raise ValueError("--limit-concurrency must be from 1 to 1000000")
         # argparse checks the flag's choices; the variable and the config file are here.
         if self.default_model_quant not in DEFAULT_MODEL_QUANTS:
             raise ValueError("--default-model-quant must be one of "

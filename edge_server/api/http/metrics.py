@@ -24,6 +24,7 @@ from .admission import Admission
 from .auth import require_admin
 from .draining import Drain
 from .memory_account import memory_account
+from .send_buffers import SendBuffers
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 _TOKEN_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
@@ -74,6 +75,21 @@ class Metrics:
         Gauge("edge_server_draining", "1 while draining after SIGTERM",
               registry=self.registry).set_function(lambda: float(drain.draining))
 
+
+    def watch_send_buffers(self, buffers: SendBuffers) -> None:
+        """Answers waiting for their readers, and the connections closed for them."""
+        r = self.registry
+        Gauge("edge_server_send_buffer_bytes", "bytes of answers waiting for their "
+              "readers, all connections", registry=r).set_function(lambda: buffers.held)
+        Gauge("edge_server_send_buffer_connections_behind", "connections whose readers "
+              "have not taken all that was written", registry=r
+              ).set_function(lambda: buffers.behind)
+        Gauge("edge_server_send_buffer_closed_over_limit_total", "connections closed "
+              "because all answers waiting held more than --send-buffer-mb", registry=r
+              ).set_function(lambda: buffers.closed_over_limit)
+        Gauge("edge_server_send_timeout_closed_total", "connections closed after being "
+              "behind for --send-timeout", registry=r
+              ).set_function(lambda: buffers.closed_behind)
 
     def watch_admission(self, admission: Admission) -> None:
         """Generation requests admitted, and those refused unread (cheap refusal)."""
