@@ -186,11 +186,11 @@ def serve(opts: ServeOptions) -> int:
     from .api.responses.store import StoreError
     from .engine.backend import rpc_guard
     from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
-    from .malloc_tuning import fix_mmap_threshold
     from .model_pool import ModelPool
-    from .send_timeout import http_protocol
-    from .shutdown import DrainingServer, exit_when_drained
-    from .systemd_notify import notify, watchdog_interval
+    from .process.malloc_tuning import fix_mmap_threshold
+    from .process.send_timeout import http_protocol
+    from .process.shutdown import DrainingServer, exit_when_drained
+    from .process.systemd_notify import notify, watchdog_interval
 
     fix_mmap_threshold()  # before the models load: their buffers come and go from here on
     try:

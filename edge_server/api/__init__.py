@@ -18,5 +18,5 @@ Then what they share:
     app.py        assembles the Starlette app
 
 May import: edge_server.model_pool and edge_server.engine (never the CLI).
-Imported by: edge_server.cli and edge_server.shutdown.
+Imported by: edge_server.cli and edge_server.process.
 """

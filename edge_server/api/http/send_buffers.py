@@ -3,7 +3,7 @@ and how long a connection may stay behind.
 
 A connection's waiting bytes are those of its stream read ahead (read_ahead.py) and
 those its transport holds while writing is paused (the server's protocol reports both:
-send_timeout.py). A connection is *behind* from when it first holds any until it holds
+process/send_timeout.py). A connection is *behind* from when it first holds any until it holds
 none again: its reader has then taken everything the server wrote (its transport
 resumes only once empty). Behind connections are kept in the order they fell behind,
 so the oldest, the slowest readers, come first:

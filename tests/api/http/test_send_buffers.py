@@ -20,7 +20,7 @@ from conftest import start_server, stop_server
 from uvicorn.protocols.http.flow_control import FlowControl
 
 from edge_server.api.http.send_buffers import SendBuffers
-from edge_server.send_timeout import _AccountedFlowControl
+from edge_server.process.send_timeout import _AccountedFlowControl
 
 
 def serve_to_a_trickling_reader(make_flow: Callable[[asyncio.Transport], FlowControl],

@@ -22,7 +22,7 @@ _BODY = textwrap.dedent("""
     import numpy as np
     from edge_server.default_conversion import served_default_model_path
     from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
-    from edge_server.malloc_tuning import fix_mmap_threshold
+    from edge_server.process.malloc_tuning import fix_mmap_threshold
 
     fix_mmap_threshold()
     PAGE = 4096
