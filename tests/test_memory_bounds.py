@@ -178,7 +178,7 @@ def test_health_and_metrics_account_for_memory(server: RunningServer) -> None:
     assert r.status_code == 200  # a step has used the compute buffers
     memory = httpx.get(f"{server.base_url}/health", timeout=30).json()["memory"]
     assert set(memory) == {"rss", "weights", "weights_mapped", "weights_copied", "kv_cache",
-                           "compute_buffers", "prompt_store", "embedding_context",
+                           "compute_buffers", "prompt_store", "checkpoints", "embedding_context",
                            "projector", "image_cache", "grammar_cache", "file_backed",
                            "other"}
     assert memory["rss"] == pytest.approx(rss_mb(server.process.pid) * 2**20, rel=0.2)
