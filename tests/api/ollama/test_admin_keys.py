@@ -108,32 +108,27 @@ def test_admin_key_manages_models(keyed: RunningServer) -> None:
         assert deleted.status_code == 200, deleted.text
 
 
-def test_get_props_never_loads_for_an_ordinary_key(keyed: RunningServer) -> None:
+@pytest.mark.parametrize("path", ["/props", "/slots"])
+def test_a_get_never_loads_for_an_ordinary_key(keyed: RunningServer, path: str) -> None:
     assert SECOND + ":latest" not in _loaded(keyed)
     with _client(keyed, USER) as user:
-        refused = user.get("/props", params={"model": SECOND})
+        refused = user.get(path, params={"model": SECOND})
         assert refused.status_code == 403, refused.text
         assert SECOND + ":latest" not in _loaded(keyed)
-        assert user.get("/props").status_code == 200  # the default model
-        with _client(keyed, ADMIN) as admin:
-            loaded = admin.get("/props", params={"model": SECOND})
-            assert loaded.status_code == 200 and loaded.json()["model_alias"] == SECOND
-            assert SECOND + ":latest" in _loaded(keyed)
-            # Loaded: an ordinary key reads it, without loading anything.
-            seen = user.get("/props", params={"model": SECOND})
-            assert seen.status_code == 200, seen.text
-            unloaded = admin.post("/api/generate", json={"model": SECOND, "keep_alive": 0})
-            assert unloaded.json()["done_reason"] == "unload"
-    assert SECOND + ":latest" not in _loaded(keyed)
+        assert user.get(path).status_code == 200  # the default model
 
 
-def test_get_slots_never_loads_for_an_ordinary_key(keyed: RunningServer) -> None:
+def test_get_props_loads_for_the_admin_key(keyed: RunningServer) -> None:
+    with _client(keyed, USER) as user, _client(keyed, ADMIN) as admin:
+        loaded = admin.get("/props", params={"model": SECOND})
+        assert loaded.status_code == 200 and loaded.json()["model_alias"] == SECOND
+        assert SECOND + ":latest" in _loaded(keyed)
+        # Loaded: an ordinary key reads it, without loading anything.
+        seen = user.get("/props", params={"model": SECOND})
+        assert seen.status_code == 200, seen.text
+        unloaded = admin.post("/api/generate", json={"model": SECOND, "keep_alive": 0})
+        assert unloaded.json()["done_reason"] == "unload"
     assert SECOND + ":latest" not in _loaded(keyed)
-    with _client(keyed, USER) as user:
-        refused = user.get("/slots", params={"model": SECOND})
-        assert refused.status_code == 403, refused.text
-        assert SECOND + ":latest" not in _loaded(keyed)
-        assert user.get("/slots").status_code == 200  # the default model
 
 
 def test_an_ordinary_key_sees_only_its_own_work(keyed: RunningServer) -> None:
