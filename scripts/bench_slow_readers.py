@@ -11,7 +11,8 @@ streaming a chat completion of --max-tokens with logprobs and top_logprobs 20, a
 reads each at --rate bytes a second for --seconds (small receive buffers, so the
 answers wait in the server, not in the kernel). Meanwhile it samples the server's
 VmRSS from /proc and times a short completion every few seconds. Prints the RSS before
-and at its peak, the probes' times, how the readers ended, and the server's counters.
+and at its peak (and which parts of /health's memory account grew), the probes' times,
+how the readers ended, and the server's counters.
 A benchmark: it prints figures; with --check it also exits 1 unless the bound held
 (send buffer bytes at most --send-buffer-mb when sampled, some readers closed over
 it, RSS grown by less than --check-rss-mb, every probe answered 200). Too long for the
@@ -112,6 +113,11 @@ def counters(base_url: str) -> dict[str, float]:
             if line.startswith(("edge_server_send_", "edge_server_requests_in_flight"))}
 
 
+def memory_parts(base_url: str) -> dict[str, int]:
+    """/health's memory account (keyless server): each part in bytes."""
+    return httpx.get(f"{base_url}/health", timeout=10).json().get("memory", {})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=64)
@@ -138,6 +144,8 @@ def main() -> int:
         httpx.post(f"{server.base_url}/v1/completions", timeout=120, json={
             "model": DEFAULT_MODEL, "prompt": "Hi", "max_tokens": 2})  # warm
         rss_before = rss_mb(pid)
+        parts_before = memory_parts(server.base_url)
+        parts_peak = parts_before
         readers = [SlowReader(server.base_url, args.max_tokens) for _ in range(args.clients)]
         prober = threading.Thread(target=probe, args=(server.base_url, stop, probe_times,
                                                       probe_codes), daemon=True)
@@ -148,8 +156,11 @@ def main() -> int:
         while time.monotonic() - start < args.seconds:
             for reader in readers:
                 reader.read(int(args.rate * tick))
-            peak = max(peak, rss_mb(pid))
+            rss = rss_mb(pid)
             ticks += 1
+            if rss > peak and ticks % 5 == 0:
+                parts_peak = memory_parts(server.base_url)
+            peak = max(peak, rss)
             if ticks % 10 == 0:
                 held_peak = max(held_peak, counters(server.base_url).get(
                     "edge_server_send_buffer_bytes", 0.0))
@@ -169,6 +180,10 @@ def main() -> int:
           f"--send-timeout {args.send_timeout:g}")
     print(f"server RSS: {rss_before:.0f} MiB before, {peak:.0f} MiB at peak "
           f"(+{peak - rss_before:.0f} MiB)")
+    grown = {part: (parts_peak.get(part, 0) - size) / 2**20
+             for part, size in parts_before.items() if part != "weights"}
+    print("memory account, grown to the peak (MiB): " + ", ".join(
+        f"{part} {mib:+.0f}" for part, mib in grown.items() if abs(mib) >= 1))
     print(f"send buffer bytes at peak (sampled each second): {held_peak / 2**20:.1f} MiB")
     print(f"readers: still reading {ended['']}, ended or closed {ended['eof']}, "
           f"reset {ended['reset']}; statuses {statuses}; received "
