@@ -8,8 +8,9 @@ read long streams with top_logprobs slowly, and how a normal client fares meanwh
 Starts its own server (the default model, the given --send-buffer-mb, --send-timeout
 and any --server-arg), then opens --clients raw connections on 127.0.0.1, each
 streaming a chat completion of --max-tokens with logprobs and top_logprobs 20, and
-reads each at --rate bytes a second for --seconds (small receive buffers, so the
-answers wait in the server, not in the kernel). Meanwhile it samples the server's
+reads each at --rate bytes a second for --seconds (small receive buffers; the
+server's side of a loopback socket still grows its kernel buffer to a few MB, so with
+short answers they wait there, not in the server). Meanwhile it samples the server's
 VmRSS from /proc and times a short completion every few seconds. Prints the RSS before
 and at its peak (and which parts of /health's memory account grew), the probes' times,
 how the readers ended, and the server's counters.
