@@ -111,7 +111,8 @@ class Engine:
             [len(p) for p in self.vocab.pieces] + [len(t.encode()) for t in controls] + [1]
         )
         self.fingerprint = self._fingerprint()
-        store = PromptStore(settings.prompt_cache_mb * 1024 * 1024)
+        store = PromptStore(settings.prompt_cache_mb * 1024 * 1024,
+                            recurrent=self.model.memory_kind.recurrent)
         for entry in self._saved_prompts():
             store.put(entry)
         self.projector: Projector | None = None

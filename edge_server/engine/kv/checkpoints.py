@@ -1,8 +1,9 @@
 """Checkpoints of a recurrent state (memory_kind.py): a stream that cannot be cut keeps
-its state as it was after each of its last prompts was evaluated, so that the next
-request sharing that prompt (a chat's next turn, the same system prompt again) starts
-there: the recurrent layers set back to the checkpoint, the attention layers' cells past
-it removed, and only the rest evaluated. llama.cpp saves just the recurrent part
+its state as it was after each of its last prompts was evaluated (in its slot, and with
+it in the prompt store when the slot is spilled), so that the next request sharing that
+prompt (a chat's next turn, the same system prompt again) starts there: the recurrent
+layers set back to the checkpoint, the attention layers' cells past it removed, and only
+the rest evaluated. llama.cpp saves just the recurrent part
 (`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`): a fixed size per model, whatever the length."""
 
 from __future__ import annotations
@@ -19,12 +20,6 @@ MAX_PER_SLOT = 2
 class Checkpoint:
     tokens: int  # the stream's first `tokens` tokens were evaluated into it
     data: bytes  # llama.cpp's partial sequence state
-
-
-def newest_within(checkpoints: Sequence[Checkpoint], common: int) -> Checkpoint | None:
-    """The checkpoint keeping the most of a prefix of `common` tokens."""
-    return max((c for c in checkpoints if c.tokens <= common), key=lambda c: c.tokens,
-               default=None)
 
 
 def at(checkpoints: Sequence[Checkpoint], tokens: int) -> Checkpoint | None:

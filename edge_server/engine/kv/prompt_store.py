@@ -6,7 +6,10 @@ into RAM when a request first restores it, within the store's budget. A restarte
 then holds in RAM what it uses, not everything it once saved.
 
 An entry is a token list and llama.cpp's serialised KV of exactly those tokens
-(`llama_state_seq_get_data`). Entries are only ever looked up by tokens, so the chat
+(`llama_state_seq_get_data`). On a recurrent state (checkpoints.py) that state can only
+be had whole, so an entry also keeps the stream's checkpoints: the recurrent part as it
+was after earlier prompts, from which a prompt parting from the entry before its end
+(a chat's next turn) starts. Entries are only ever looked up by tokens, so the chat
 template is part of the key through the tokens it rendered; the model, the llama.cpp
 build and the KV layout are part of the directory's key. Files carry a checksum: a
 corrupt, truncated or foreign file is skipped (and removed), never loaded into C.
@@ -24,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checkpoints import Checkpoint
+
 log = logging.getLogger(__name__)
 
 
@@ -35,7 +40,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 _MAGIC = b"EDGEKV1\n"
-_FORMAT = 1
+_FORMAT = 2  # 1 had no checkpoints
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1  # llama_token
 
 
@@ -49,18 +54,45 @@ class StoredPrefix:
     path: Path | None = None  # its file, where it is on disk
     size: int = 0  # bytes of KV, known before they are read
     sha256: str = ""  # of the KV bytes, checked when they are read from the file
+    # Checkpoints of a recurrent state, as (tokens, bytes) each: their bytes follow the
+    # sequence state's in `data`, in this order (see `pack` and `unpack`).
+    checkpoints: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.data is not None:
             self.size = len(self.data)
+
+    @property
+    def checkpoint_tokens(self) -> list[int]:
+        return [tokens for tokens, _ in self.checkpoints]
+
+
+def pack(tokens: list[int], state: bytes, checkpoints: list[Checkpoint],
+         partition: str) -> StoredPrefix:
+    """An entry of a sequence's state and the checkpoints within its tokens."""
+    kept = [c for c in checkpoints if 0 < c.tokens < len(tokens)]
+    return StoredPrefix(list(tokens), b"".join([state, *(c.data for c in kept)]), partition,
+                        checkpoints=tuple((c.tokens, len(c.data)) for c in kept))
+
+
+def unpack(entry: StoredPrefix, data: bytes) -> tuple[bytes, list[Checkpoint]]:
+    """An entry's bytes (PromptStore.load) as its sequence state and its checkpoints."""
+    end = len(data) - sum(size for _, size in entry.checkpoints)
+    state, out = data[:end], []
+    for tokens, size in entry.checkpoints:
+        out.append(Checkpoint(tokens, data[end:end + size]))
+        end += size
+    return state, out
 
 
 class PromptStore:
     """A bounded LRU of saved prefixes in host RAM, and the index of those saved on disk
     whose bytes were not read yet."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, *, recurrent: bool = False) -> None:
         self.max_bytes = max_bytes
+        # Entries hold a recurrent state: had whole, or back to one of their checkpoints.
+        self.recurrent = recurrent
         self._entries: list[StoredPrefix] = []
 
     @property
@@ -82,14 +114,22 @@ class PromptStore:
     def put(self, entry: StoredPrefix) -> None:
         if entry.size > self.max_bytes:
             return
-        # An entry that extends an older one of its partition makes the older redundant.
-        self._entries = [
-            e for e in self._entries
-            if not (e.partition == entry.partition and len(e.tokens) <= len(entry.tokens)
-                    and entry.tokens[: len(e.tokens)] == e.tokens)
-        ]
+        # An entry that gives all an older one gives makes the older redundant.
+        self._entries = [e for e in self._entries if not self._covers(entry, e)]
         self._entries.append(entry)
         self._shrink(keep=entry)
+
+    def _covers(self, entry: StoredPrefix, other: StoredPrefix) -> bool:
+        """Whether `entry` gives every prefix `other` gives: it extends other's tokens
+        and, on a recurrent state, has a checkpoint where other ends, and other's."""
+        n = len(other.tokens)
+        if (other.partition != entry.partition or n > len(entry.tokens)
+                or entry.tokens[:n] != other.tokens):
+            return False
+        if not self.recurrent:
+            return True
+        marks = set(entry.checkpoint_tokens) | {len(entry.tokens)}
+        return n in marks and set(other.checkpoint_tokens) <= marks
 
     def _shrink(self, keep: StoredPrefix) -> None:
         """Evicts the least recently used bytes (not `keep`'s) until within the budget:
@@ -121,11 +161,11 @@ class PromptStore:
         return data
 
     def best(self, prompt: list[int], partition: str,
-             usable: Callable[[int, int], int] | None = None
+             usable: Callable[[StoredPrefix, int], int] | None = None
              ) -> tuple[StoredPrefix | None, int]:
         """The entry of `partition` giving the longest prefix of `prompt`, and that length:
-        the prefix it shares, or `usable(len(entry.tokens), shared)` of it (what a state
-        that cannot be cut gives)."""
+        the prefix it shares, or `usable(entry, shared)` of it (what a state that cannot
+        be cut anywhere gives)."""
         best: StoredPrefix | None = None
         length = 0
         for entry in self._entries:
@@ -133,7 +173,7 @@ class PromptStore:
                 continue
             n = common_prefix(entry.tokens, prompt)
             if usable is not None:
-                n = usable(len(entry.tokens), n)
+                n = usable(entry, n)
             if n > length:
                 best, length = entry, n
         return best, length
@@ -172,6 +212,7 @@ def save_entries(directory: Path, key: str, entries: list[StoredPrefix], max_byt
             "format": _FORMAT, "key": key, "tokens": entry.tokens,
             "partition": entry.partition,
             "sha256": hashlib.sha256(entry.data).hexdigest(), "size": len(entry.data),
+            "checkpoints": [list(c) for c in entry.checkpoints],
         }).encode()
         tmp = directory / f".{name}.{os.getpid()}.tmp"
         try:
@@ -241,6 +282,7 @@ def _read(path: Path, key: str, max_tokens: int, mtime: float) -> StoredPrefix |
         tokens = header["tokens"]
         partition = header.get("partition", "")
         digest = header.get("sha256")
+        marks = header.get("checkpoints")
         valid = (
             header.get("format") == _FORMAT
             and isinstance(partition, str) and len(partition) <= 64
@@ -253,6 +295,7 @@ def _read(path: Path, key: str, max_tokens: int, mtime: float) -> StoredPrefix |
             # the projector file and the image's bytes, so they match only the same
             # image through the same projector, whose KV this entry holds.
             and all(type(t) is int and _INT32_MIN <= t <= _INT32_MAX for t in tokens)
+            and _checkpoints_valid(marks, len(tokens), data_size)
         )
     except (OSError, ValueError, KeyError, TypeError, struct.error):
         return None
@@ -260,7 +303,20 @@ def _read(path: Path, key: str, max_tokens: int, mtime: float) -> StoredPrefix |
         return None
     return StoredPrefix(tokens, None, partition,
                         last_used=mtime - time.time() + time.monotonic(), on_disk=True,
-                        path=path, size=data_size, sha256=digest)
+                        path=path, size=data_size, sha256=digest,
+                        checkpoints=tuple((t, n) for t, n in marks))
+
+
+def _checkpoints_valid(marks: object, n_tokens: int, data_size: int) -> bool:
+    """A header's checkpoints: (tokens, bytes) pairs within the prefix whose bytes leave
+    some for the sequence state."""
+    if not isinstance(marks, list) or len(marks) > 64:
+        return False
+    pairs = [m for m in marks if isinstance(m, list) and len(m) == 2
+             and all(type(v) is int for v in m)]
+    return (len(pairs) == len(marks)
+            and all(0 < t < n_tokens and n > 0 for t, n in pairs)
+            and sum(n for _, n in pairs) < data_size)
 
 
 def _read_data(entry: StoredPrefix) -> bytes | None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..backend.llama_model import LlamaModel
 from . import checkpoints
 from .checkpoints import Checkpoint
-from .prompt_store import PromptStore, StoredPrefix, common_prefix
+from .prompt_store import PromptStore, StoredPrefix, common_prefix, pack, unpack
 
 log = logging.getLogger(__name__)
 
@@ -108,22 +109,26 @@ class SlotTable:
         return keep >= self.window_floor(slot)
 
     def usable(self, held: int, common: int, *, own: Slot | None = None,
-               floor: int = 0) -> int:
+               floor: int = 0, marks: Sequence[int] = ()) -> int:
         """Of a stream (or saved prefix) of `held` tokens sharing `common` with a prompt,
         the longest prefix it can give exactly: all of it if it is all shared; else, on a
-        recurrent state, only (`own`: the slot itself) within its rollback room, or up to
-        its newest checkpoint within the prefix; else any prefix of at least `floor`
-        tokens (window_floor)."""
+        recurrent state, up to its newest checkpoint within the prefix (`marks`: those of
+        a saved prefix; `own`: the slot itself, whose rollback room counts too); else any
+        prefix of at least `floor` tokens (window_floor)."""
         if common >= held:
             return common
         if self.kind.recurrent:
-            if own is None:
-                return 0
-            if held - common <= own.room:
-                return common
-            checkpoint = checkpoints.newest_within(own.checkpoints, common)
-            return checkpoint.tokens if checkpoint is not None else 0
+            if own is not None:
+                if held - common <= own.room:
+                    return common
+                marks = [c.tokens for c in own.checkpoints]
+            return max((m for m in marks if m <= common), default=0)
         return common if common >= floor else 0
+
+    def _stored_usable(self, entry: StoredPrefix, common: int) -> int:
+        held = len(entry.tokens)
+        return self.usable(held, common, floor=self._stored_floor(held),
+                           marks=entry.checkpoint_tokens)
 
     def _slot_floor(self, slot: Slot) -> int:
         return self.window_floor(slot) if slot.cached else 0
@@ -171,8 +176,7 @@ class SlotTable:
                             floor=self._slot_floor(slot))
             if n > best.length:
                 best = PrefixSource(n, slot=slot)
-        stored, n = self.store.best(prompt[:limit], partition, lambda held, common: self.usable(
-            held, common, floor=self._stored_floor(held)))
+        stored, n = self.store.best(prompt[:limit], partition, self._stored_usable)
         if stored is not None and n > best.length and len(stored.tokens) <= self.model.n_ctx_seq:
             best = PrefixSource(n, stored=stored)
         return best
@@ -225,12 +229,24 @@ class SlotTable:
         data = self.store.load(stored)
         if data is None:  # gone or corrupt there: the slot is as it was
             return False
+        state, saved = unpack(stored, data)
         self.spill(slot, keep=0)
         slot.partition = partition
         self._reset(slot)
-        if self.model.seq_restore(slot.seq_id, data, length):
+        held = len(stored.tokens)
+        if self.kind.recurrent and length < held:
+            # Had whole, then set back to its checkpoint at `length` (usable said so).
+            checkpoint = checkpoints.at(saved, length)
+            loaded = (checkpoint is not None
+                      and self.model.seq_restore(slot.seq_id, state, held)
+                      and self.model.seq_restore_checkpoint(slot.seq_id, checkpoint.data,
+                                                            length))
+        else:
+            loaded = self.model.seq_restore(slot.seq_id, state, length)
+        if loaded:
             stored.last_used = time.monotonic()
             slot.cached = stored.tokens[:length]
+            slot.checkpoints = checkpoints.within(saved, length)
             if self._window_held(slot):
                 return True
         log.warning("a saved prompt prefix did not load; evaluating it again")
@@ -364,11 +380,11 @@ class SlotTable:
         if any(s is not slot and s.partition == partition and s.cached[: len(tokens)] == tokens
                for s in self.slots):
             return
-        _, stored = self.store.best(tokens, partition)
+        _, stored = self.store.best(tokens, partition, self._stored_usable)
         if stored > len(tokens) - _MIN_SPILL_TOKENS:
             return  # the store already holds all but a short tail of it
-        self.store.put(StoredPrefix(list(tokens), self.model.seq_state(slot.seq_id),
-                                    partition))
+        self.store.put(pack(tokens, self.model.seq_state(slot.seq_id), slot.checkpoints,
+                            partition))
 
     def decoded(self, rows: dict[int, int] | None = None) -> None:
         """A decode ran, `rows[seq_id]` tokens of each sequence in it: queued stream copies

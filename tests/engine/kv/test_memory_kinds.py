@@ -14,6 +14,7 @@ import random
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -48,6 +49,15 @@ class Pair:
     arch: str
     served: RunningServer  # default flags
     reference: RunningServer
+    model: str
+    tmp: Path  # the served server's data directory is in here
+
+    def restart_served(self) -> None:
+        """Stops the served server (saving its prompt store to disk) and starts it again
+        on the same data directory."""
+        assert stop_server(self.served) == 0
+        assert "Traceback" not in self.served.log_text()
+        self.served = start_server(self.tmp, "--model", self.model, name="restarted")
 
     def post(self, server: RunningServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """A greedy answer, with its tokens' logprobs and the runner-up's."""
@@ -122,8 +132,9 @@ def pair(request: pytest.FixtureRequest,
     tmp = tmp_path_factory.mktemp(request.param)
     served = start_server(tmp, "--model", model, name="served")
     reference = start_server(tmp, "--model", model, *REFERENCE_ARGS, name="reference")
-    yield Pair(request.param, served, reference)
-    for server in (served, reference):
+    running = Pair(request.param, served, reference, model, tmp)
+    yield running
+    for server in (running.served, reference):
         stop_server(server)
         log = server.log_text()
         assert "Traceback" not in log and "llama_decode failed" not in log, log
@@ -251,6 +262,45 @@ def test_prefix_restored_from_the_prompt_store(pair: Pair) -> None:
     for body in (parted, first):
         assert_same(pair.post(pair.served, "/completions", body),
                     pair.expected("/completions", body))
+
+
+def test_prefix_restored_from_disk_after_a_restart(pair: Pair) -> None:
+    """A chat's first turn, saved to disk at shutdown with its slot (on a recurrent state
+    with its checkpoint after the prompt), gives the second turn after a restart. (The
+    test models' template leaves system messages out: the turn is the user's.)"""
+    messages = [{"role": "user", "content": words(180, seed=20)}]
+    first = pair.post(pair.served, "/chat/completions", {"messages": messages})
+    assert_same(first, pair.expected("/chat/completions", {"messages": messages}))
+    assert first["usage"]["prompt_tokens"] >= 150  # saved: 128 tokens and more
+    pair.restart_served()
+    stats = pair.stats()
+    assert stats["prompt_store_on_disk_only"] >= 1, stats
+    messages += [{"role": "assistant", "content": text_of(first)},
+                 {"role": "user", "content": words(15, seed=22)}]
+    second = pair.post(pair.served, "/chat/completions", {"messages": messages})
+    assert_same(second, pair.expected("/chat/completions", {"messages": messages}))
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 0.9 * first["usage"]["prompt_tokens"], (cached, first["usage"])
+    assert pair.stats()["prompt_store_on_disk_only"] < stats["prompt_store_on_disk_only"]
+
+
+def test_drafting_gives_the_answers_of_draft_false(pair: Pair) -> None:
+    """Where llama.cpp rolls the last decode back, drafting stays on, and a drafted
+    answer (a prediction half right, half wrong) is the one `draft: false` gives."""
+    if pair.arch in UNCUTTABLE:
+        assert not pair.drafting()
+        return
+    assert pair.drafting(), pair.memory()
+    body = chat(words(90, seed=30))
+    plain = pair.post(pair.served, "/chat/completions", {**body, "draft": False})
+    text = text_of(plain)
+    prediction = text[: len(text) // 2] + " " + words(30, seed=31)
+    before = pair.stats()
+    drafted = pair.post(pair.served, "/chat/completions", {
+        **body, "prediction": {"type": "content", "content": prediction}})
+    assert pair.stats()["draft_tokens"] > before["draft_tokens"]
+    assert_same(drafted, plain)
+    assert_same(plain, pair.expected("/chat/completions", body))
 
 
 def test_n_choices_greedy(pair: Pair) -> None:
