@@ -53,6 +53,15 @@ def fresh_tag() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def memory_account(server: ServerProcess) -> dict[str, float]:
+    """An edge_server's /health memory account in MiB, by part (empty for other servers)."""
+    if not isinstance(server, EdgeServer):
+        return {}
+    memory = httpx.get(f"{server.url}/health", timeout=30).json().get("memory", {})
+    return {part: value / 2**20 for part, value in memory.items()
+            if isinstance(value, int | float)}
+
+
 @dataclass
 class Result:
     ttft: float
@@ -163,10 +172,17 @@ def mode_load(args: argparse.Namespace, servers: list[ServerProcess]) -> None:
                 ttft[kind, n].add(server.name, statistics.median(x.ttft for x in results))
 
     idle = {server.name: rss_mib(server.proc.pid) for server in servers}
+    idle_parts = {server.name: memory_account(server) for server in servers}
     alternate(args.rounds, servers, measure)
     print("--- memory (VmRSS, MiB): idle before the load / after it ---")
     for server in servers:
         print(f"  {server.name:26} {idle[server.name]:8.0f} / {rss_mib(server.proc.pid):.0f}")
+    for server in servers:
+        before, after = idle_parts[server.name], memory_account(server)
+        if before and after:
+            print(f"  {server.name} memory account, idle / after (MiB): " + ", ".join(
+                f"{part} {before.get(part, 0):.0f} / {value:.0f}"
+                for part, value in after.items()))
     for kind in kinds:
         print(f"--- {LOAD_KINDS[kind][0]} ---")
         for n in levels:
