@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .catalogue.default_model import DEFAULT_ALIAS, DefaultModelMissing
+from .catalogue.hub_download import run_showing_progress
+from .catalogue.store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
 from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
-from .default_model import DEFAULT_ALIAS, DefaultModelMissing
-from .hub_download import run_showing_progress
-from .model_store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
 
 if TYPE_CHECKING:
     from .api.responses.store import ResponseStore
@@ -44,11 +44,11 @@ def _store(opts: ServeOptions) -> ModelStore:
 def _specs(opts: ServeOptions, store: ModelStore):
     """Model specs for the pool, the id of the model to load at start, and how a registry
     entry becomes a spec (for models pulled while serving)."""
+    from .catalogue.budget import memory_budget_bytes
+    from .catalogue.spec import ModelSpec
     from .engine import ContextSettings, EngineSettings, SchedulerSettings
     from .engine.backend.rpc_devices import parse_endpoints
     from .engine.multimodal.projector import ImageLimits
-    from .model_budget import memory_budget_bytes
-    from .model_spec import ModelSpec
 
     rpc = parse_endpoints(opts.rpc)
     limits = ImageLimits(max_images=opts.max_images, max_bytes=int(opts.max_image_mb * 2**20),
@@ -184,9 +184,9 @@ def serve(opts: ServeOptions) -> int:
     from .api.http.replica import check_replica_name
     from .api.http.send_buffers import SendBuffers
     from .api.responses.store import StoreError
+    from .catalogue.pool import ModelPool
     from .engine.backend import rpc_guard
     from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
-    from .model_pool import ModelPool
     from .process.malloc_tuning import fix_mmap_threshold
     from .process.send_timeout import http_protocol
     from .process.shutdown import DrainingServer, exit_when_drained

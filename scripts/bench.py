@@ -242,7 +242,7 @@ def main() -> None:
                 "-np", str(args.parallel), "-c", str(args.ctx_size)]), *repack_flag()]
             edge_model = model
             if args.own_defaults and (args.model or "smollm2") == "smollm2":
-                from edge_server.default_conversion import served_default_model_path
+                from edge_server.catalogue.default_conversion import served_default_model_path
 
                 edge_model = served_default_model_path()
             compare(args, model, [*shared, *shlex.split(args.edge_args)],

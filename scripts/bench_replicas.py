@@ -141,7 +141,7 @@ def memory_slope(workdir: Path, parallel: int) -> None:
 
 
 def model_mb() -> float:
-    from edge_server.default_model import default_model_path
+    from edge_server.catalogue.default_model import default_model_path
 
     return default_model_path().stat().st_size / 2**20
 

@@ -94,7 +94,7 @@ def resolve_model(name: str, workdir: Path) -> Path:
     """`smollm2` (embedded), `gemma3` (assembled from its package) or a GGUF path."""
     sys.path.insert(0, str(ROOT))
     if name == "smollm2":
-        from edge_server.default_model import default_model_path
+        from edge_server.catalogue.default_model import default_model_path
 
         return default_model_path()
     if name == "gemma3":
@@ -113,7 +113,7 @@ def repack_flag() -> list[str]:
     sys.path.insert(0, str(ROOT))
     import llama_cpp as lc
 
-    from edge_server.default_model import default_model_path
+    from edge_server.catalogue.default_model import default_model_path
     from edge_server.engine.backend.cpu_probe import extra_buffers_safe
 
     info = lc.llama_print_system_info().decode(errors="replace")

@@ -19,15 +19,15 @@ import httpx
 import pytest
 from conftest import DEFAULT_MODEL, ROOT, start_server, stop_server
 
-from edge_server.default_conversion import (
+from edge_server.catalogue.default_conversion import (
     PACKAGED,
     ConversionError,
     cache_dir,
     convert_q8_0,
     served_default_model_path,
 )
-from edge_server.default_conversion import Q8_0 as Q8_0_QUANT
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_conversion import Q8_0 as Q8_0_QUANT
+from edge_server.catalogue.default_model import default_model_path
 
 Q4_1, Q8_0 = 3, 7  # general.file_type (llama_ftype)
 
@@ -112,7 +112,7 @@ def test_servers_starting_together_convert_once(source: Path, tmp_path: Path) ->
     directory = tmp_path / "cache"
     code = ("import logging, sys; logging.basicConfig(level=logging.INFO)\n"
             "from pathlib import Path\n"
-            "from edge_server.default_conversion import convert_q8_0\n"
+            "from edge_server.catalogue.default_conversion import convert_q8_0\n"
             "print(convert_q8_0(Path(sys.argv[1]), Path(sys.argv[2])))\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(source), str(directory)],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -140,7 +140,7 @@ def test_an_unwritable_cache_serves_the_packaged_file(
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
-    with caplog.at_level(logging.WARNING, logger="edge_server.default_conversion"):
+    with caplog.at_level(logging.WARNING, logger="edge_server.catalogue.default_conversion"):
         assert served_default_model_path() == default_model_path()
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "packaged" in warnings[0].getMessage()

@@ -30,8 +30,8 @@ from conftest import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from edge_server.catalogue.default_model import default_model_path
 from edge_server.config import ServeOptions, add_serve_arguments, resolve_options
-from edge_server.default_model import default_model_path
 
 MSG = [{"role": "user", "content": "Hi"}]
 

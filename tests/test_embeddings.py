@@ -171,7 +171,7 @@ def test_agrees_with_llama_cpp_python(client: openai.OpenAI,
     import llama_cpp
     import llama_cpp.llama_cpp as low_level
 
-    from edge_server.default_conversion import served_default_model_path
+    from edge_server.catalogue.default_conversion import served_default_model_path
     from edge_server.engine.backend.cpu_probe import extra_buffers_safe
 
     path = served_default_model_path()  # the file the server serves (the same cache)

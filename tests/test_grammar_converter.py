@@ -274,7 +274,7 @@ def test_any_json_gives_a_grammar_or_a_schema_error(schema: dict[str, Any], stri
 _PARSE = """
 import ctypes, json, sys, threading
 import llama_cpp as lc
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 quiet = lc.llama_log_callback(lambda level, text, data: None)
 lc.llama_log_set(quiet, ctypes.c_void_p())
 params = lc.llama_model_default_params()

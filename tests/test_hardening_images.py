@@ -70,7 +70,7 @@ def test_tiles_of_one_image_are_keyed_and_encoded_apart(tiling: RunningServer) -
 @pytest.fixture(scope="module")
 def projector(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The tiling projector loaded in this process, over the default model."""
-    from edge_server.default_model import default_model_path
+    from edge_server.catalogue.default_model import default_model_path
     from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
     from edge_server.engine.multimodal.projector import Projector
 

@@ -303,7 +303,7 @@ def test_template_with_loop_controls(small_server: RunningServer) -> None:
 
 
 def test_engine_frees_the_model_when_the_template_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    from edge_server.default_model import default_model_path
+    from edge_server.catalogue.default_model import default_model_path
     from edge_server.engine import ContextSettings, Engine, EngineSettings
     from edge_server.engine.backend.llama_model import LlamaModel
     from edge_server.engine.chat_template import TemplateError

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
-from edge_server.default_conversion import served_default_model_path
+from edge_server.catalogue.default_conversion import served_default_model_path
 
 ADMIN = {"Authorization": "Bearer admin-key"}
 BUDGET_MIB = 800

@@ -24,7 +24,7 @@ from conftest import (
 )
 from local_hub import LocalHub
 
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 
 REPO, FILE = "edge-test/tiny-chat-GGUF", "tiny-chat.Q4_1.gguf"  # a registry model's
 HUB_REPO, HUB_FILE = "edge-test/other-GGUF", "other-Q4_1.gguf"  # pulled by hf.co name

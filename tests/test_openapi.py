@@ -15,8 +15,8 @@ from edge_server.api.app import create_app
 from edge_server.api.http.errors import ErrorResponse
 from edge_server.api.http.metrics import Metrics
 from edge_server.api.routers.openapi import OPERATIONS, build_openapi
-from edge_server.model_pool import ModelPool
-from edge_server.model_spec import ModelSpec
+from edge_server.catalogue.pool import ModelPool
+from edge_server.catalogue.spec import ModelSpec
 
 
 def _app_routes() -> list[Route]:

@@ -24,7 +24,7 @@ LONG_QUESTION = "You look at pictures for a museum catalogue. " * 20 + "Describe
 
 
 def test_close_during_a_long_prefill_saves_and_frees_nothing(tmp_path: Path) -> None:
-    from edge_server.default_model import default_model_path
+    from edge_server.catalogue.default_model import default_model_path
     from edge_server.engine import ContextSettings, Engine, EngineError, EngineSettings
     from edge_server.engine.kv.prompt_store import load_entries
     from edge_server.engine.request import GenerationRequest

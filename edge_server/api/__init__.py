@@ -17,6 +17,6 @@ Then what they share:
     http/         plumbing: bodies, limits, errors, auth, CORS, draining, metrics
     app.py        assembles the Starlette app
 
-May import: edge_server.model_pool and edge_server.engine (never the CLI).
+May import: edge_server.catalogue.pool and edge_server.engine (never the CLI).
 Imported by: edge_server.cli and edge_server.process.
 """

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Callable
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from ..model_pool import ModelPool
-from ..model_spec import ModelSpec
-from ..model_store import ModelStore, RegistryEntry
+from ..catalogue.pool import ModelPool
+from ..catalogue.spec import ModelSpec
+from ..catalogue.store import ModelStore, RegistryEntry
 from .chat.api_router import routes as chat_routes
 from .completions.api_router import routes as completion_routes
 from .embeddings.api_router import routes as embedding_routes

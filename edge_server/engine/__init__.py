@@ -12,7 +12,7 @@ Each sub-package owns one concern, layered (import-linter contracts in pyproject
     embeddings | multimodal | kv | sampling
     grammar | backend | errors
 A lower layer never imports a higher one; siblings never import each other.
-Imported by: the model pool (edge_server.model_pool) and the HTTP layer (edge_server.api).
+Imported by: the model pool (edge_server.catalogue.pool) and the HTTP layer (edge_server.api).
 """
 
 from .backend.llama_model import ContextSettings, ModelLoadError

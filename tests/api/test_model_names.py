@@ -14,7 +14,7 @@ import openai
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 
 PATTERNED = "smol-patterns"  # the registry model answering to the glob aliases
 HELLO = [{"role": "user", "content": "Say hi."}]
@@ -97,7 +97,7 @@ def test_without_opting_in_every_such_name_is_a_404(server: RunningServer) -> No
 
 
 def test_a_pattern_cannot_be_a_model_id(tmp_path_factory: pytest.TempPathFactory) -> None:
-    from edge_server.model_store import RegistryError, load_registry
+    from edge_server.catalogue.store import RegistryError, load_registry
 
     registry = tmp_path_factory.mktemp("bad-registry") / "registry.toml"
     registry.write_text('[[models]]\nid = "claude-*"\npath = "/nonexistent.gguf"\n')

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 from conftest import start_server, stop_server
 
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 
 SPARE = "spare-model"
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...default_model import DEFAULT_ALIAS
+from ...catalogue.default_model import DEFAULT_ALIAS
 from ...engine.grammar.limits import MAX_GRAMMAR_CHARS
 from ..http.limits import INT32_MAX, MAX_CACHE_KEY_CHARS, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
 

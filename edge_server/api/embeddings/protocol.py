@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...default_model import DEFAULT_ALIAS
+from ...catalogue.default_model import DEFAULT_ALIAS
 from ..http.limits import token_ids
 
 MAX_EMBEDDING_INPUTS = 2048  # inputs of one request (OpenAI's limit)

@@ -6,6 +6,6 @@ and body parsing every endpoint starts with (dependencies), the cheap refusal
 streams read ahead of their client (read_ahead), threads for blocking disk and network
 work (io_threads), and Prometheus metrics (metrics).
 
-May import: edge_server.model_pool and the engine's public types (errors, job stats).
+May import: edge_server.catalogue.pool and the engine's public types (errors, job stats).
 Imported by: every endpoint, the small routers and the app.
 """

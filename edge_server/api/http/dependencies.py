@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from ...catalogue.pool import Lease, ModelPool, ModelUnavailable
+from ...catalogue.spec import UnknownModel
 from ...engine import Engine
 from ...engine.multimodal.image_scope import images_scope
-from ...model_pool import Lease, ModelPool, ModelUnavailable
-from ...model_spec import UnknownModel
 from .auth import require_admin, role_of
 from .body import parse_json_object
 from .errors import APIError, from_validation_error, model_not_found

@@ -18,8 +18,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ...catalogue.pool import ModelPool
 from ...engine.scheduler import JobStats
-from ...model_pool import ModelPool
 from .admission import Admission
 from .auth import require_admin
 from .draining import Drain

@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ...catalogue.pool import ModelPool
+from ...catalogue.spec import UnknownModel
 from ...engine import Engine
-from ...model_pool import ModelPool
-from ...model_spec import UnknownModel
 from ..http.auth import require_admin, role_of
 from ..http.dependencies import acquire, parse_body, pool, serve_with_model
 from . import blobs, models, names, profiles

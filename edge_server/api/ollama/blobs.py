@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...model_store import ModelStore
+from ...catalogue.store import ModelStore
 from ..http.auth import require_admin
 from ..http.dependencies import off_loop
 from ..http.errors import APIError, invalid

@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...model_pool import ModelPool
+from ...catalogue.pool import ModelPool
 from ..http.auth import require_admin
 from ..http.dependencies import off_loop, parse_body, pool
 from ..http.errors import APIError, invalid

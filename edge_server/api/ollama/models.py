@@ -21,10 +21,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...model_names import TooManyNames
-from ...model_pool import ModelPool
-from ...model_spec import ModelSpec
-from ...model_store import ModelStore
+from ...catalogue.names import TooManyNames
+from ...catalogue.pool import ModelPool
+from ...catalogue.spec import ModelSpec
+from ...catalogue.store import ModelStore
 from ..chat.tool_parsers import think_markers
 from ..http.auth import require_admin
 from ..http.dependencies import parse_body, pool

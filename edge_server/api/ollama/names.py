@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from ...model_pool import ModelPool
-from ...model_spec import ModelSpec, UnknownModel
+from ...catalogue.pool import ModelPool
+from ...catalogue.spec import ModelSpec, UnknownModel
 from ..http.errors import APIError, invalid
 
 LATEST = ":latest"
@@ -49,7 +49,7 @@ MAX_NAME_CHARS = 200
 # Ollama's name grammar, [host/][namespace/]model[:tag]: each part starts with a letter,
 # a digit or `_` and holds those, `.` and `-`; a host may end with a port. Nothing else:
 # `*`, `?` and `[` would make the name a glob pattern answering for every name it
-# matches (model_store.is_name_pattern), spaces and slashes beyond three parts no
+# matches (catalogue/store.py's is_name_pattern), spaces and slashes beyond three parts no
 # client could type back.
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}")
 _HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,349}(:[0-9]{1,5})?")

@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ...hub_download import HubDownload, InsufficientStorage, PullCancelled
-from ...model_pool import ModelPool
-from ...model_spec import ModelSpec, UnknownModel
-from ...model_store import ModelStore, PullError, RegistryEntry
+from ...catalogue.hub_download import HubDownload, InsufficientStorage, PullCancelled
+from ...catalogue.pool import ModelPool
+from ...catalogue.spec import ModelSpec, UnknownModel
+from ...catalogue.store import ModelStore, PullError, RegistryEntry
 from ..http.auth import require_admin
 from ..http.dependencies import parse_body, pool
 from ..http.errors import APIError

@@ -12,7 +12,7 @@ import logging
 import threading
 from pathlib import Path
 
-from ...hub_download import HubDownload, PullError
+from ...catalogue.hub_download import HubDownload, PullError
 from ..http.errors import APIError
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,9 @@ from typing import Any
 
 import anyio
 
-from ...model_pool import ModelPool
-from ...model_spec import ModelSpec, UnknownModel
-from ...model_store import ModelStore, RegistryEntry
+from ...catalogue.pool import ModelPool
+from ...catalogue.spec import ModelSpec, UnknownModel
+from ...catalogue.store import ModelStore, RegistryEntry
 from ..http.errors import APIError
 from ..http.io_threads import run_io
 from . import names, saved_file

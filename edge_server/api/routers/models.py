@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ...catalogue.pool import ModelPool
+from ...catalogue.spec import ModelSpec, UnknownModel
 from ...engine.backend import rpc_guard
-from ...model_pool import ModelPool
-from ...model_spec import ModelSpec, UnknownModel
 from ..http.auth import role_of
 from ..http.dependencies import pool
 from ..http.errors import model_not_found

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ... import __version__
-from ...default_model import DEFAULT_ALIAS
+from ...catalogue.default_model import DEFAULT_ALIAS
 from ...engine import Engine
 from ..common.llama_format import sampler_json
 from ..common.protocol import SamplingRequest

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...default_model import DEFAULT_ALIAS
+from ...catalogue.default_model import DEFAULT_ALIAS
 from ...engine import Engine
 from ...engine.slot_view import SlotView
 from ..http.auth import role_of, tenant_of

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...default_model import DEFAULT_ALIAS
+from ...catalogue.default_model import DEFAULT_ALIAS
 from ...engine import Engine
 from ...engine.chat_template import RenderedChat
 from ...engine.multimodal.projector import RgbImage

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from conftest import RunningServer, llama_sources, start_server, stop_server
 
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 
 FAMILIES = {
     "gemma2": "google-gemma-2-2b-it",

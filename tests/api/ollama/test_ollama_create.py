@@ -18,7 +18,7 @@ import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 from ollama._types import ProgressResponse
 
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 
 KEY = "create-test-key"  # an admin key: making models is management
 USER_KEY = "create-test-user-key"  # an ordinary key: may use models, not make them

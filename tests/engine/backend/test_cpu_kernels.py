@@ -12,7 +12,7 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
-from edge_server.default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 from edge_server.engine.backend import cpu_probe
 from edge_server.engine.backend.batch import DecodeBatch
 from edge_server.engine.backend.cpu_kernels import (

@@ -20,7 +20,7 @@ from conftest import ROOT
 _BODY = textwrap.dedent("""
     import collections, threading, time
     import numpy as np
-    from edge_server.default_conversion import served_default_model_path
+    from edge_server.catalogue.default_conversion import served_default_model_path
     from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
     from edge_server.process.malloc_tuning import fix_mmap_threshold
 

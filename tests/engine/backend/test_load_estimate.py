@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_server.default_conversion import served_default_model_path
+from edge_server.catalogue.default_conversion import served_default_model_path
 from edge_server.engine.backend.gguf_header import GGUFHeader
 from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
 from edge_server.engine.backend.load_estimate import estimated_bytes

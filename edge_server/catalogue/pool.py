@@ -1,8 +1,8 @@
 """The models one server serves: loaded on first use within a memory budget, unloaded
 after an idle time (like Ollama's keep_alive) or, least recently used first, to make room.
-Which model a name answers for is model_names.py's, which the pool builds on.
+Which model a name answers for is names.py's, which the pool builds on.
 
-What each model is charged is model_budget.py's; a load that cannot fit, even with every
+What each model is charged is budget.py's; a load that cannot fit, even with every
 idle model unloaded, is refused rather than overcommitted.
 
 A request holds a lease on its model's engine from the moment it is routed until its
@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .engine import Engine
-from .engine.scheduler import JobStats
-from .model_budget import Budget
-from .model_names import ModelNames
-from .model_spec import ModelSpec
+from ..engine import Engine
+from ..engine.scheduler import JobStats
+from .budget import Budget
+from .names import ModelNames
+from .spec import ModelSpec
 
 log = logging.getLogger(__name__)
 

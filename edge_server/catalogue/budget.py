@@ -14,7 +14,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from .model_spec import ModelSpec
+from .spec import ModelSpec
 
 
 def physical_memory() -> int:

@@ -1,13 +1,13 @@
 """Which model each name answers for: ids, aliases and glob aliases of the configured
 models, and the names and models added while serving (Ollama's /api/copy, /api/pull,
-/api/create). Knows nothing of what is loaded; the model pool (model_pool.py) builds on
+/api/create). Knows nothing of what is loaded; the model pool (pool.py) builds on
 it.
 """
 
 from __future__ import annotations
 
-from .model_spec import ModelSpec, UnknownModel, with_default
-from .model_store import is_name_pattern
+from .spec import ModelSpec, UnknownModel, with_default
+from .store import is_name_pattern
 
 
 class TooManyNames(ValueError):

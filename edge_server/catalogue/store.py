@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import KV_CACHE_TYPE_NAMES
+from ..config import KV_CACHE_TYPE_NAMES
 from .default_conversion import AUTO, served_default_model_path
 from .default_model import DEFAULT_ALIAS, DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_ID
 from .hub_download import HubDownload, PullError

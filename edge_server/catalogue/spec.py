@@ -9,11 +9,11 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine import EngineSettings
+from ..engine.backend.load_estimate import estimated_bytes
+from ..engine.multimodal.projector_check import projector_modalities
 from .default_model import DEFAULT_ALIAS
-from .engine import EngineSettings
-from .engine.backend.load_estimate import estimated_bytes
-from .engine.multimodal.projector_check import projector_modalities
-from .model_store import is_name_pattern
+from .store import is_name_pattern
 
 
 class UnknownModel(LookupError):
