@@ -36,6 +36,12 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def memory_parts(base_url: str) -> dict[str, int]:
+    """An edge_server's /health memory account (keyless server): each part in bytes."""
+    memory = httpx.get(f"{base_url}/health", timeout=30).json().get("memory", {})
+    return {part: size for part, size in memory.items() if isinstance(size, int)}
+
+
 def wait_ready(proc: subprocess.Popen[bytes], url: str, *, timeout: float = 120.0,
                what: str = "the server") -> None:
     """Until `url` answers 200; RuntimeError if the process exits or time runs out."""

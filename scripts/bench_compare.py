@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from bench_common import round_order, rss_mib
+from bench_common import memory_parts, round_order, rss_mib
 from bench_servers import ROOT, EdgeServer, LlamaServer, ServerProcess
 
 WORDS = [
@@ -57,9 +57,7 @@ def memory_account(server: ServerProcess) -> dict[str, float]:
     """An edge_server's /health memory account in MiB, by part (empty for other servers)."""
     if not isinstance(server, EdgeServer):
         return {}
-    memory = httpx.get(f"{server.url}/health", timeout=30).json().get("memory", {})
-    return {part: value / 2**20 for part, value in memory.items()
-            if isinstance(value, int | float)}
+    return {part: size / 2**20 for part, size in memory_parts(server.url).items()}
 
 
 @dataclass

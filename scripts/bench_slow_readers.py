@@ -38,18 +38,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+from bench_common import memory_parts, rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import DEFAULT_MODEL, start_server, stop_server  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class SlowReader:
@@ -114,11 +108,6 @@ def counters(base_url: str) -> dict[str, float]:
             if line.startswith(("edge_server_send_", "edge_server_requests_in_flight"))}
 
 
-def memory_parts(base_url: str) -> dict[str, int]:
-    """/health's memory account (keyless server): each part in bytes."""
-    return httpx.get(f"{base_url}/health", timeout=10).json().get("memory", {})
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=64)
@@ -144,7 +133,7 @@ def main() -> int:
     try:
         httpx.post(f"{server.base_url}/v1/completions", timeout=120, json={
             "model": DEFAULT_MODEL, "prompt": "Hi", "max_tokens": 2})  # warm
-        rss_before = rss_mb(pid)
+        rss_before = rss_mib(pid)
         parts_before = memory_parts(server.base_url)
         parts_peak = parts_before
         readers = [SlowReader(server.base_url, args.max_tokens) for _ in range(args.clients)]
@@ -157,7 +146,7 @@ def main() -> int:
         while time.monotonic() - start < args.seconds:
             for reader in readers:
                 reader.read(int(args.rate * tick))
-            rss = rss_mb(pid)
+            rss = rss_mib(pid)
             ticks += 1
             if rss > peak and ticks % 5 == 0:
                 parts_peak = memory_parts(server.base_url)
