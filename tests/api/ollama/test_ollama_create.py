@@ -211,7 +211,7 @@ def test_copy_refuses_names_outside_the_grammar(http: httpx.Client, destination:
 
 
 def _timed_gets(base_url: str, paths: tuple[str, ...], stop: threading.Event,
-                waits: dict[str, list[float]]) -> None:
+                waits: dict[str, list[float]], asking: threading.Event) -> None:
     with httpx.Client(base_url=base_url, timeout=30,
                       headers={"Authorization": f"Bearer {USER_KEY}"}) as client:
         while not stop.is_set():
@@ -220,6 +220,9 @@ def _timed_gets(base_url: str, paths: tuple[str, ...], stop: threading.Event,
                 status = client.get(path).status_code
                 # A failed answer counts as never answered.
                 waits[path].append(time.monotonic() - started if status == 200 else 1e9)
+            # Set once a whole round was answered: the caller waits for it, so on a busy
+            # machine the measured request cannot end before the asking has begun.
+            asking.set()
 
 
 def test_a_long_modelfile_is_read_at_once_and_the_loop_stays_free(served: Served,
@@ -233,17 +236,20 @@ def test_a_long_modelfile_is_read_at_once_and_the_loop_stays_free(served: Served
     paths = ("/health", "/api/version")
     quiet: dict[str, list[float]] = {p: [] for p in paths}
     during: dict[str, list[float]] = {p: [] for p in paths}
-    stop = threading.Event()
+    stop, asking = threading.Event(), threading.Event()
     asker = threading.Thread(target=_timed_gets,
-                             args=(served.server.base_url, paths, stop, quiet))
+                             args=(served.server.base_url, paths, stop, quiet, asking))
     asker.start()
+    assert asking.wait(30), "no quiet round of /health and /api/version was answered"
     time.sleep(0.5)
     stop.set()
     asker.join()
     stop.clear()
+    asking.clear()
     asker = threading.Thread(target=_timed_gets,
-                             args=(served.server.base_url, paths, stop, during))
+                             args=(served.server.base_url, paths, stop, during, asking))
     asker.start()
+    assert asking.wait(30), "no round of /health and /api/version was answered"
     try:
         started = time.monotonic()
         r = http.post("/api/create", json={"model": "long-modelfile", "modelfile": text,
