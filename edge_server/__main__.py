@@ -1,3 +1,3 @@
-from .cli import main
+from edge_server.cli import main
 
 raise SystemExit(main())

@@ -11,14 +11,25 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
-from .catalogue.default_model import DEFAULT_ALIAS, DefaultModelMissing
-from .catalogue.hub_download import run_showing_progress
-from .catalogue.store import ModelStore, PullError, RegistryEntry, RegistryError, load_registry
-from .config import ServeOptions, add_serve_arguments, default_models_dir, resolve_options
+from edge_server import __version__
+from edge_server.catalogue.default_model import DEFAULT_ALIAS, DefaultModelMissing
+from edge_server.catalogue.hub_download import run_showing_progress
+from edge_server.catalogue.store import (
+    ModelStore,
+    PullError,
+    RegistryEntry,
+    RegistryError,
+    load_registry,
+)
+from edge_server.config import (
+    ServeOptions,
+    add_serve_arguments,
+    default_models_dir,
+    resolve_options,
+)
 
 if TYPE_CHECKING:
-    from .api.responses.store import ResponseStore
+    from edge_server.api.responses.store import ResponseStore
 
 log = logging.getLogger("edge_server")
 
@@ -44,11 +55,11 @@ def _store(opts: ServeOptions) -> ModelStore:
 def _specs(opts: ServeOptions, store: ModelStore):
     """Model specs for the pool, the id of the model to load at start, and how a registry
     entry becomes a spec (for models pulled while serving)."""
-    from .catalogue.budget import memory_budget_bytes
-    from .catalogue.spec import ModelSpec
-    from .engine import ContextSettings, EngineSettings, SchedulerSettings
-    from .engine.backend.rpc_devices import parse_endpoints
-    from .engine.multimodal.projector import ImageLimits
+    from edge_server.catalogue.budget import memory_budget_bytes
+    from edge_server.catalogue.spec import ModelSpec
+    from edge_server.engine import ContextSettings, EngineSettings, SchedulerSettings
+    from edge_server.engine.backend.rpc_devices import parse_endpoints
+    from edge_server.engine.multimodal.projector import ImageLimits
 
     rpc = parse_endpoints(opts.rpc)
     limits = ImageLimits(max_images=opts.max_images, max_bytes=int(opts.max_image_mb * 2**20),
@@ -133,7 +144,7 @@ def _response_store(opts: ServeOptions, models_dir: Path) -> ResponseStore | Non
     """The Responses store in --state-dir (default: the models directory), or None where
     its caps store nothing. A --state-dir that fails stops `serve` (StoreError); the
     models directory failing (read-only, say) leaves the server without a store."""
-    from .api.responses.store import FILE_NAME, ResponseStore, StoreError
+    from edge_server.api.responses.store import FILE_NAME, ResponseStore, StoreError
 
     if min(opts.response_store_count, opts.response_store_mb, opts.response_store_days) <= 0:
         return None
@@ -178,19 +189,19 @@ def tls_options(opts: ServeOptions) -> dict[str, str]:
 def serve(opts: ServeOptions) -> int:
     import uvicorn
 
-    from .api.app import create_app
-    from .api.http.cors import check_origin
-    from .api.http.metrics import Metrics
-    from .api.http.replica import check_replica_name
-    from .api.http.send_buffers import SendBuffers
-    from .api.responses.store import StoreError
-    from .catalogue.pool import ModelPool
-    from .engine.backend import rpc_guard
-    from .engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
-    from .process.malloc_tuning import fix_mmap_threshold
-    from .process.send_timeout import http_protocol
-    from .process.shutdown import DrainingServer, exit_when_drained
-    from .process.systemd_notify import notify, watchdog_interval
+    from edge_server.api.app import create_app
+    from edge_server.api.http.cors import check_origin
+    from edge_server.api.http.metrics import Metrics
+    from edge_server.api.http.replica import check_replica_name
+    from edge_server.api.http.send_buffers import SendBuffers
+    from edge_server.api.responses.store import StoreError
+    from edge_server.catalogue.pool import ModelPool
+    from edge_server.engine.backend import rpc_guard
+    from edge_server.engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
+    from edge_server.process.malloc_tuning import fix_mmap_threshold
+    from edge_server.process.send_timeout import http_protocol
+    from edge_server.process.shutdown import DrainingServer, exit_when_drained
+    from edge_server.process.systemd_notify import notify, watchdog_interval
 
     fix_mmap_threshold()  # before the models load: their buffers come and go from here on
     try:
@@ -314,7 +325,7 @@ def _describe(path: Path) -> str:
 
     import llama_cpp as lc
 
-    from .engine.backend.runtime import init_backend
+    from edge_server.engine.backend.runtime import init_backend
 
     init_backend()
     params = lc.llama_model_default_params()
@@ -334,7 +345,7 @@ def _reads(mmproj: Path | None) -> str:
     """What a model reads besides text, from its projector's metadata."""
     if mmproj is None:
         return ""
-    from .engine.multimodal.projector_check import projector_modalities
+    from edge_server.engine.multimodal.projector_check import projector_modalities
 
     kinds = projector_modalities(mmproj) if mmproj.is_file() else ()
     if not kinds:
@@ -369,8 +380,8 @@ def info(opts: ServeOptions) -> int:
 
     import llama_cpp as lc
 
-    from .engine.backend.llama_model import default_threads
-    from .engine.backend.runtime import init_backend
+    from edge_server.engine.backend.llama_model import default_threads
+    from edge_server.engine.backend.runtime import init_backend
 
     init_backend()
     features = lc.llama_print_system_info().decode().strip()
@@ -384,7 +395,11 @@ def info(opts: ServeOptions) -> int:
     print(f"threads: {opts.threads or default_threads()} of {os.cpu_count()} cores")
     print(f"RPC: {'yes' if lc.llama_supports_rpc() else 'no (see docs/deployment.md)'}")
     if opts.rpc:
-        from .engine.backend.rpc_devices import RpcError, describe_servers, parse_endpoints
+        from edge_server.engine.backend.rpc_devices import (
+            RpcError,
+            describe_servers,
+            parse_endpoints,
+        )
 
         try:
             for line in describe_servers(parse_endpoints(opts.rpc)):

@@ -10,7 +10,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from .config import ServeOptions, env_name
+from edge_server.config import ServeOptions, env_name
 
 BEGIN = "<!-- options: made by `python -m edge_server.config_docs`; do not edit by hand -->"
 END = "<!-- end of options -->"

@@ -14,7 +14,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from .spec import ModelSpec
+from edge_server.catalogue.spec import ModelSpec
 
 
 def physical_memory() -> int:

@@ -25,7 +25,7 @@ import os
 import time
 from pathlib import Path
 
-from .default_model import default_model_path
+from edge_server.catalogue.default_model import default_model_path
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def served_default_model_path(quant: str = AUTO, repack: str = "auto") -> Path:
 def _choice_key(source: Path, repack: str) -> str:
     import llama_cpp as lc
 
-    from ..engine.backend.runtime import init_backend
+    from edge_server.engine.backend.runtime import init_backend
 
     init_backend()
     info = lc.llama_print_system_info().decode(errors="replace")
@@ -105,9 +105,9 @@ def _faster(source: Path, converted: Path, repack: str) -> Path:
 def _measure(source: Path, converted: Path, repack: str, choices: Path, key: str) -> Path:
     import llama_cpp as lc
 
-    from ..engine.backend.cpu_kernels import PLAIN
-    from ..engine.backend.cpu_probe import kernel_path
-    from ..engine.backend.file_speed import CLIENTS, time_files
+    from edge_server.engine.backend.cpu_kernels import PLAIN
+    from edge_server.engine.backend.cpu_probe import kernel_path
+    from edge_server.engine.backend.file_speed import CLIENTS, time_files
 
     started = time.monotonic()
     times = time_files([source, converted], repack)
@@ -192,7 +192,7 @@ def convert_q8_0(source: Path, directory: Path) -> Path:
 def _quantize(source: Path, out: Path) -> None:
     import llama_cpp as lc
 
-    from ..engine.backend.runtime import init_backend
+    from edge_server.engine.backend.runtime import init_backend
 
     init_backend()  # llama.cpp's log routed to ours: no line per tensor on stderr
     params = lc.llama_model_quantize_default_params()

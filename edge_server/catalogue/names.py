@@ -6,8 +6,8 @@ it.
 
 from __future__ import annotations
 
-from .spec import ModelSpec, UnknownModel, with_default
-from .store import is_name_pattern
+from edge_server.catalogue.spec import ModelSpec, UnknownModel, with_default
+from edge_server.catalogue.store import is_name_pattern
 
 
 class TooManyNames(ValueError):

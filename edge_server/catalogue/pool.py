@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine import Engine
-from ..engine.scheduler import JobStats
-from .budget import Budget
-from .names import ModelNames
-from .spec import ModelSpec
+from edge_server.catalogue.budget import Budget
+from edge_server.catalogue.names import ModelNames
+from edge_server.catalogue.spec import ModelSpec
+from edge_server.engine import Engine
+from edge_server.engine.scheduler import JobStats
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine import EngineSettings
-from ..engine.backend.load_estimate import estimated_bytes
-from ..engine.multimodal.projector_check import projector_modalities
-from .default_model import DEFAULT_ALIAS
-from .store import is_name_pattern
+from edge_server.catalogue.default_model import DEFAULT_ALIAS
+from edge_server.catalogue.store import is_name_pattern
+from edge_server.engine import EngineSettings
+from edge_server.engine.backend.load_estimate import estimated_bytes
+from edge_server.engine.multimodal.projector_check import projector_modalities
 
 
 class UnknownModel(LookupError):

@@ -29,10 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import KV_CACHE_TYPE_NAMES
-from .default_conversion import AUTO, served_default_model_path
-from .default_model import DEFAULT_ALIAS, DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_ID
-from .hub_download import HubDownload, PullError
+from edge_server.catalogue.default_conversion import AUTO, served_default_model_path
+from edge_server.catalogue.default_model import (
+    DEFAULT_ALIAS,
+    DEFAULT_MODEL_ALIASES,
+    DEFAULT_MODEL_ID,
+)
+from edge_server.catalogue.hub_download import HubDownload, PullError
+from edge_server.config import KV_CACHE_TYPE_NAMES
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # An alias holding one of these is a glob pattern (`claude-*`): it answers for every name

@@ -15,12 +15,12 @@ A lower layer never imports a higher one; siblings never import each other.
 Imported by: the model pool (edge_server.catalogue.pool) and the HTTP layer (edge_server.api).
 """
 
-from .backend.llama_model import ContextSettings, ModelLoadError
-from .engine import Engine, EngineSettings
-from .errors import EngineError, EngineOverloaded
-from .request import ChoiceDelta, FinishReason, GenerationRequest, Usage
-from .sampling.chain import SamplingParams
-from .scheduler import SchedulerSettings
+from edge_server.engine.backend.llama_model import ContextSettings, ModelLoadError
+from edge_server.engine.engine import Engine, EngineSettings
+from edge_server.engine.errors import EngineError, EngineOverloaded
+from edge_server.engine.request import ChoiceDelta, FinishReason, GenerationRequest, Usage
+from edge_server.engine.sampling.chain import SamplingParams
+from edge_server.engine.scheduler import SchedulerSettings
 
 __all__ = [
     "ChoiceDelta",

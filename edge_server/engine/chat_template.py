@@ -31,7 +31,12 @@ from typing import Any
 
 import jinja2
 
-from .template_env import TemplateError, TemplateTooLong, chat_environment, max_chars_var
+from edge_server.engine.template_env import (
+    TemplateError,
+    TemplateTooLong,
+    chat_environment,
+    max_chars_var,
+)
 
 __all__ = ["CHATML_TEMPLATE", "ChatTemplate", "RenderedChat", "TemplateError",
            "TemplateTooLong", "joined_within", "literal_pattern"]

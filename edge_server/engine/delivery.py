@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 
-from .jobs import Job
-from .request import RequestHandle
+from edge_server.engine.jobs import Job
+from edge_server.engine.request import RequestHandle
 
 
 def post_outboxes(live: list[Job], finished: list[Job], interval: float, *,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from .backend import rpc_guard
-from .backend.llama_model import ContextSettings, LlamaModel, ModelLoadError
-from .backend.step_cost import cost_file
-from .chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
-from .embeddings.embedder import (
+from edge_server.engine.backend import rpc_guard
+from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel, ModelLoadError
+from edge_server.engine.backend.step_cost import cost_file
+from edge_server.engine.chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
+from edge_server.engine.embeddings.embedder import (
     Embedder,
     EmbeddingPlan,
     EmbeddingSettings,
@@ -23,14 +23,14 @@ from .embeddings.embedder import (
     plan_embeddings,
     plan_reranking,
 )
-from .embeddings.rerank import PairLayout
-from .errors import EngineError
-from .kv.prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
-from .multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
-from .multimodal.projector_check import ProjectorError
-from .request import GenerationRequest, ImageSpan, RequestHandle
-from .scheduler import STOP_TIMEOUT, Scheduler, SchedulerSettings
-from .slot_view import SlotView, slot_views
+from edge_server.engine.embeddings.rerank import PairLayout
+from edge_server.engine.errors import EngineError
+from edge_server.engine.kv.prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
+from edge_server.engine.multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
+from edge_server.engine.multimodal.projector_check import ProjectorError
+from edge_server.engine.request import GenerationRequest, ImageSpan, RequestHandle
+from edge_server.engine.scheduler import STOP_TIMEOUT, Scheduler, SchedulerSettings
+from edge_server.engine.slot_view import SlotView, slot_views
 
 log = logging.getLogger(__name__)
 

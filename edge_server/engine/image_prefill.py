@@ -8,13 +8,13 @@ so that the other sequences get their next token between images.
 
 from __future__ import annotations
 
-from .backend.batch import decode_embeddings
-from .backend.llama_model import LlamaModel
-from .errors import EngineError
-from .jobs import Job
-from .kv.slots import SlotTable
-from .multimodal.projector import Projector
-from .request import GenerationRequest, ImageSpan
+from edge_server.engine.backend.batch import decode_embeddings
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.errors import EngineError
+from edge_server.engine.jobs import Job
+from edge_server.engine.kv.slots import SlotTable
+from edge_server.engine.multimodal.projector import Projector
+from edge_server.engine.request import GenerationRequest, ImageSpan
 
 
 def image_at(request: GenerationRequest, position: int) -> ImageSpan | None:

@@ -5,13 +5,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .backend.llama_model import LlamaModel
-from .kv.slots import Slot
-from .request import ChoiceDelta, FinishReason, GenerationRequest, PromptProgress, RequestHandle
-from .sampling.chain import Sampler
-from .sampling.logprobs import TokenLogprob, score_rows
-from .sampling.lookup_draft import LookupDraft
-from .text_stream import IndentGuard, TextStream
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.kv.slots import Slot
+from edge_server.engine.request import (
+    ChoiceDelta,
+    FinishReason,
+    GenerationRequest,
+    PromptProgress,
+    RequestHandle,
+)
+from edge_server.engine.sampling.chain import Sampler
+from edge_server.engine.sampling.logprobs import TokenLogprob, score_rows
+from edge_server.engine.sampling.lookup_draft import LookupDraft
+from edge_server.engine.text_stream import IndentGuard, TextStream
 
 # Choice i of a request samples with its own seed: the request's seed for choice 0 (so
 # n=1 is repeatable with the same seed), then steps of the golden ratio.

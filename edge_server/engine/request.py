@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import EngineCancelled, EngineError
-from .multimodal.projector import ImageChunk
-from .sampling.chain import SamplingParams
-from .sampling.logprobs import TokenLogprob
+from edge_server.engine.errors import EngineCancelled, EngineError
+from edge_server.engine.multimodal.projector import ImageChunk
+from edge_server.engine.sampling.chain import SamplingParams
+from edge_server.engine.sampling.logprobs import TokenLogprob
 
 
 @dataclass

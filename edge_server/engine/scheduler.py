@@ -22,31 +22,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .backend.batch import DecodeBatch
-from .backend.llama_model import LlamaModel
-from .backend.step_cost import StepCost, load_or_measure, unmeasured_reason
-from .backend.thread_tuner import ThreadTuner
-from .decode_groups import DecodeGroups
-from .delivery import post_outboxes
-from .errors import EngineError
-from .image_prefill import decode_next_image
-from .jobs import Choice, Job, JobStats
-from .kv.prompt_store import PromptStore
-from .kv.slots import Slot, SlotTable
-from .multimodal.projector import Projector
-from .request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
-from .sampling.chain import GrammarError
-from .sampling.logprobs import token_logprob
-from .sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
-from .seating import (
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.backend.step_cost import StepCost, load_or_measure, unmeasured_reason
+from edge_server.engine.backend.thread_tuner import ThreadTuner
+from edge_server.engine.decode_groups import DecodeGroups
+from edge_server.engine.delivery import post_outboxes
+from edge_server.engine.errors import EngineError
+from edge_server.engine.image_prefill import decode_next_image
+from edge_server.engine.jobs import Choice, Job, JobStats
+from edge_server.engine.kv.prompt_store import PromptStore
+from edge_server.engine.kv.slots import Slot, SlotTable
+from edge_server.engine.multimodal.projector import Projector
+from edge_server.engine.request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
+from edge_server.engine.sampling.chain import GrammarError
+from edge_server.engine.sampling.logprobs import token_logprob
+from edge_server.engine.sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
+from edge_server.engine.seating import (
     add_choices,
     open_job,
     resolve_wait,
     seat_pending_choices,
     wants_prompt_state,
 )
-from .step_batch import fill_step_batch, plan_drafts
-from .waiting import WaitingQueue
+from edge_server.engine.step_batch import fill_step_batch, plan_drafts
+from edge_server.engine.waiting import WaitingQueue
 
 log = logging.getLogger(__name__)
 

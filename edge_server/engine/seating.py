@@ -11,13 +11,13 @@ state there is saved for them (`Job.prompt_state`).
 
 from __future__ import annotations
 
-from .backend.llama_model import LlamaModel, Vocab
-from .jobs import Choice, Job, choice_seed
-from .kv.slots import Slot, SlotTable, common_prefix
-from .request import RequestHandle
-from .sampling.chain import resolve_seed
-from .sampling.full_vocab import build_sampler
-from .text_stream import IndentGuard, TextStream
+from edge_server.engine.backend.llama_model import LlamaModel, Vocab
+from edge_server.engine.jobs import Choice, Job, choice_seed
+from edge_server.engine.kv.slots import Slot, SlotTable, common_prefix
+from edge_server.engine.request import RequestHandle
+from edge_server.engine.sampling.chain import resolve_seed
+from edge_server.engine.sampling.full_vocab import build_sampler
+from edge_server.engine.text_stream import IndentGuard, TextStream
 
 # Waiting for a slot that is evaluating the same prefix pays off from this many tokens.
 _MIN_SHARED_PREFIX = 64

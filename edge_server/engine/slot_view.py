@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .scheduler import Scheduler
+from edge_server.engine.scheduler import Scheduler
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .backend.batch import DecodeBatch
-from .backend.memory_kind import MemoryKind
-from .backend.step_cost import StepCost
-from .backend.ubatch_split import small_rows, ubatch_shapes
-from .decode_groups import DecodeGroups
-from .image_prefill import text_end
-from .jobs import Choice, Job
-from .sampling.lookup_draft import LookupDraft, choose_depth
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.memory_kind import MemoryKind
+from edge_server.engine.backend.step_cost import StepCost
+from edge_server.engine.backend.ubatch_split import small_rows, ubatch_shapes
+from edge_server.engine.decode_groups import DecodeGroups
+from edge_server.engine.image_prefill import text_end
+from edge_server.engine.jobs import Choice, Job
+from edge_server.engine.sampling.lookup_draft import LookupDraft, choose_depth
 
 
 @dataclass

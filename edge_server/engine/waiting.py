@@ -9,8 +9,8 @@ import threading
 import time
 from collections import deque
 
-from .errors import EngineError, EngineOverloaded
-from .request import RequestHandle
+from edge_server.engine.errors import EngineError, EngineOverloaded
+from edge_server.engine.request import RequestHandle
 
 
 class WaitingQueue:

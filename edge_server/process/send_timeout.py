@@ -23,8 +23,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from ..api.http.errors import APIError
-from ..api.http.send_buffers import EXTENSION, Account, SendBuffers
+from edge_server.api.http.errors import APIError
+from edge_server.api.http.send_buffers import EXTENSION, Account, SendBuffers
 
 
 class _AccountedFlowControl(FlowControl):

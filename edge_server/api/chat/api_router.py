@@ -6,9 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..common.image_fetch import serve_body
-from .protocol import ChatCompletionRequest
-from .serving import ChatServing
+from edge_server.api.chat.protocol import ChatCompletionRequest
+from edge_server.api.chat.serving import ChatServing
+from edge_server.api.common.image_fetch import serve_body
 
 _serving = ChatServing()
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine import FinishReason
-from .control_text import ControlTexts
-from .protocol import ChatFinishReason, ChatResponseMessage
-from .reasoning import CLOSE, OPEN, ReasoningSplitter
-from .tool_parsers import (
+from edge_server.api.chat.control_text import ControlTexts
+from edge_server.api.chat.protocol import ChatFinishReason, ChatResponseMessage
+from edge_server.api.chat.reasoning import CLOSE, OPEN, ReasoningSplitter
+from edge_server.api.chat.tool_parsers import (
     CallArguments,
     CallStart,
     Content,
@@ -22,6 +21,7 @@ from .tool_parsers import (
     ToolCallFormat,
     call_parser,
 )
+from edge_server.engine import FinishReason
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import weakref
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from ...engine.backend.llama_model import Vocab
-from ...engine.chat_template import literal_pattern
+from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.chat_template import literal_pattern
 
 
 class ControlTexts:

@@ -13,10 +13,10 @@ import json
 import re
 from typing import Any
 
-from ..common.serving import schema_grammar
-from .protocol import Tool
-from .tool_parsers import ToolCallFormat
-from .tool_parsers.values import wants_string
+from edge_server.api.chat.protocol import Tool
+from edge_server.api.chat.tool_parsers import ToolCallFormat
+from edge_server.api.chat.tool_parsers.values import wants_string
+from edge_server.api.common.serving import schema_grammar
 
 # A rule name in GBNF; string literals and character classes are skipped around it.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z][A-Za-z0-9-]*|.', re.S)

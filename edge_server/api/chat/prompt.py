@@ -9,20 +9,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine import Engine
-from ...engine.chat_template import ChatTemplate, RenderedChat, TemplateError, TemplateTooLong
-from ...engine.multimodal.projector import RgbImage
-from ...engine.request import ImageSpan
-from ..common.images import check_image_count, decode_image_url, image_errors
-from ..common.prompt_bounds import (
+from edge_server.api.chat import tools as tooling
+from edge_server.api.chat.protocol import ChatMessage, Tool
+from edge_server.api.common.images import check_image_count, decode_image_url, image_errors
+from edge_server.api.common.prompt_bounds import (
     check_prompt_bytes,
     prompt_size_limit,
     rendered_too_long,
     too_long,
 )
-from ..http.errors import invalid, unsupported
-from . import tools as tooling
-from .protocol import ChatMessage, Tool
+from edge_server.api.http.errors import invalid, unsupported
+from edge_server.engine import Engine
+from edge_server.engine.chat_template import (
+    ChatTemplate,
+    RenderedChat,
+    TemplateError,
+    TemplateTooLong,
+)
+from edge_server.engine.multimodal.projector import RgbImage
+from edge_server.engine.request import ImageSpan
 
 
 @dataclass

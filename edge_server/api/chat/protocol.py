@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..common.protocol import SamplingRequest, UsageInfo
-from ..http.limits import (
+from edge_server.api.common.protocol import SamplingRequest, UsageInfo
+from edge_server.api.http.limits import (
     MAX_CONTENT_PARTS,
     MAX_JSON_DEPTH,
     MAX_MESSAGES,

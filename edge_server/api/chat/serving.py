@@ -10,15 +10,32 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...engine import Engine, GenerationRequest
-from ...engine.chat_template import RenderedChat
-from ...engine.multimodal.projector import RgbImage
-from ...engine.request import RequestHandle
-from ..common.llama_fields import grammar_conflict
-from ..common.logprobs_format import chat_logprobs
-from ..common.prompt_bounds import check_prompt_bytes, check_token_count
-from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
-from ..common.serving import (
+from edge_server.api.chat import tools as tooling
+from edge_server.api.chat.choice_output import ChoiceOutput, ToolMode
+from edge_server.api.chat.control_text import ControlTexts, control_texts
+from edge_server.api.chat.family_grammar import family_call_grammar
+from edge_server.api.chat.prompt import (
+    ChatPrompt,
+    MakePrompt,
+    PromptRender,
+    chat_prompt,
+    render_chat,
+)
+from edge_server.api.chat.protocol import (
+    ChatChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessage,
+    NamedToolChoice,
+)
+from edge_server.api.chat.streaming import stream_chat
+from edge_server.api.chat.tool_parsers import FORCED, format_for_template, think_markers
+from edge_server.api.chat.tool_schema import call_grammar
+from edge_server.api.common.llama_fields import grammar_conflict
+from edge_server.api.common.logprobs_format import chat_logprobs
+from edge_server.api.common.prompt_bounds import check_prompt_bytes, check_token_count
+from edge_server.api.common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
+from edge_server.api.common.serving import (
     ChoiceResult,
     budgets,
     cancel_on_disconnect,
@@ -33,24 +50,13 @@ from ..common.serving import (
     usage_info,
     wait_started,
 )
-from ..common.truncation import Truncated, answer_reserve, fit_messages, wanted
-from ..http.dependencies import off_loop
-from ..http.errors import invalid, unsupported
-from . import tools as tooling
-from .choice_output import ChoiceOutput, ToolMode
-from .control_text import ControlTexts, control_texts
-from .family_grammar import family_call_grammar
-from .prompt import ChatPrompt, MakePrompt, PromptRender, chat_prompt, render_chat
-from .protocol import (
-    ChatChoice,
-    ChatCompletionRequest,
-    ChatCompletionResponse,
-    ChatMessage,
-    NamedToolChoice,
-)
-from .streaming import stream_chat
-from .tool_parsers import FORCED, format_for_template, think_markers
-from .tool_schema import call_grammar
+from edge_server.api.common.truncation import Truncated, answer_reserve, fit_messages, wanted
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import invalid, unsupported
+from edge_server.engine import Engine, GenerationRequest
+from edge_server.engine.chat_template import RenderedChat
+from edge_server.engine.multimodal.projector import RgbImage
+from edge_server.engine.request import RequestHandle
 
 
 @dataclass

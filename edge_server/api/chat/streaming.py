@@ -12,10 +12,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ...engine import Engine
-from ...engine.request import PromptProgress, RequestHandle
-from ..common.logprobs_format import chat_logprobs
-from ..common.serving import (
+from edge_server.api.chat.choice_output import ChoiceOutput
+from edge_server.api.chat.protocol import ChatCompletionRequest
+from edge_server.api.common.logprobs_format import chat_logprobs
+from edge_server.api.common.serving import (
     SSE_DONE,
     cancel_on_disconnect,
     progress_json,
@@ -23,8 +23,8 @@ from ..common.serving import (
     stream_events,
     usage_info,
 )
-from .choice_output import ChoiceOutput
-from .protocol import ChatCompletionRequest
+from edge_server.engine import Engine
+from edge_server.engine.request import PromptProgress, RequestHandle
 
 
 async def stream_chat(

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from ...engine.grammar.schema_check import pointer
-from ..common.serving import schema_grammar
-from ..http.errors import APIError
-from .protocol import Tool
+from edge_server.api.chat.protocol import Tool
+from edge_server.api.common.serving import schema_grammar
+from edge_server.api.http.errors import APIError
+from edge_server.engine.grammar.schema_check import pointer
 
 _DEFINITION_KEYWORDS = ("$defs", "definitions")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")

@@ -18,8 +18,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..http.errors import invalid
-from .protocol import ChatCompletionRequest, FunctionName, NamedToolChoice, Tool, ToolCall
+from edge_server.api.chat.protocol import (
+    ChatCompletionRequest,
+    FunctionName,
+    NamedToolChoice,
+    Tool,
+    ToolCall,
+)
+from edge_server.api.http.errors import invalid
 
 GENERIC_TOOL_PROMPT = (
     "You can call functions. The available functions, as JSON schemas:\n{tools}\n"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import llama_cpp as lc
 
-from ...engine import Engine
-from ..http.errors import unsupported
+from edge_server.api.http.errors import unsupported
+from edge_server.engine import Engine
 
 # llama-server's separator between chunks where the vocabulary has no <fim_sep>.
 _CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"

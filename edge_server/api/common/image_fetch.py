@@ -21,10 +21,10 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...engine import Engine
-from ...engine.multimodal.projector import ImageLimits
-from ..http.dependencies import parse_body, serve_with_model
-from .url_fetch import FetchError, fetch, is_http_url
+from edge_server.api.common.url_fetch import FetchError, fetch, is_http_url
+from edge_server.api.http.dependencies import parse_body, serve_with_model
+from edge_server.engine import Engine
+from edge_server.engine.multimodal.projector import ImageLimits
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from contextlib import contextmanager
 
 from PIL import Image, UnidentifiedImageError
 
-from ...engine import EngineOverloaded
-from ...engine.multimodal.projector import ImageLimits, ProjectorBusy, RgbImage
-from ...engine.multimodal.projector_check import ProjectorError
-from ..http.errors import APIError, from_engine_error, invalid
-from .image_fetch import fetched
-from .url_fetch import FetchError
+from edge_server.api.common.image_fetch import fetched
+from edge_server.api.common.url_fetch import FetchError
+from edge_server.api.http.errors import APIError, from_engine_error, invalid
+from edge_server.engine import EngineOverloaded
+from edge_server.engine.multimodal.projector import ImageLimits, ProjectorBusy, RgbImage
+from edge_server.engine.multimodal.projector_check import ProjectorError
 
 _FORMATS = {"PNG", "JPEG", "WEBP", "GIF", "BMP"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w=.+-]+)*),", re.I)

@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from ...engine import EngineError
-from ...engine.errors import EngineCancelled
-from ..http.errors import from_engine_error
+from edge_server.api.http.errors import from_engine_error
+from edge_server.engine import EngineError
+from edge_server.engine.errors import EngineCancelled
 
 T = TypeVar("T")
 

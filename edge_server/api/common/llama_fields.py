@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine.grammar.limits import SchemaError, check_grammar
-from ..http.errors import APIError, invalid
+from edge_server.api.http.errors import APIError, invalid
+from edge_server.engine.grammar.limits import SchemaError, check_grammar
 
 # llama-server's fields this server does not implement, with the values that mean "off"
 # (llama-server's defaults where those change nothing).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine.sampling.chain import SamplingParams
+from edge_server.engine.sampling.chain import SamplingParams
 
 
 def sampler_json(params: SamplingParams) -> dict[str, Any]:

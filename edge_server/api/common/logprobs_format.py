@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...engine.backend.llama_model import Vocab
-from ...engine.sampling.logprobs import TokenLogprob
+from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.sampling.logprobs import TokenLogprob
 
 
 def _text(vocab: Vocab, token: int) -> str:

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ...engine import Engine
-from ..http.errors import invalid
-from .prompt_bounds import too_long
+from edge_server.api.common.prompt_bounds import too_long
+from edge_server.api.http.errors import invalid
+from edge_server.engine import Engine
 
 
 @dataclass(frozen=True)

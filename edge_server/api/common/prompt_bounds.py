@@ -3,8 +3,8 @@ fit would let one request occupy a CPU for seconds."""
 
 from __future__ import annotations
 
-from ...engine import Engine
-from ..http.errors import APIError
+from edge_server.api.http.errors import APIError
+from edge_server.engine import Engine
 
 
 def too_long(param: str, message: str) -> APIError:

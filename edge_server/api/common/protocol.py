@@ -12,9 +12,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...catalogue.default_model import DEFAULT_ALIAS
-from ...engine.grammar.limits import MAX_GRAMMAR_CHARS
-from ..http.limits import INT32_MAX, MAX_CACHE_KEY_CHARS, MAX_LOGIT_BIAS, MAX_STOP, MAX_STOP_CHARS
+from edge_server.api.http.limits import (
+    INT32_MAX,
+    MAX_CACHE_KEY_CHARS,
+    MAX_LOGIT_BIAS,
+    MAX_STOP,
+    MAX_STOP_CHARS,
+)
+from edge_server.catalogue.default_model import DEFAULT_ALIAS
+from edge_server.engine.grammar.limits import MAX_GRAMMAR_CHARS
 
 # Longest time budget a request may set (t_max_prompt_ms, t_max_predict_ms): a day.
 MAX_BUDGET_MS = 86_400_000

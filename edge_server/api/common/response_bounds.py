@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..http.errors import APIError
+from edge_server.api.http.errors import APIError
 
 # Token positions times (1 + alternatives) carrying logprobs in one answer (about 30
 # bytes of JSON each).

@@ -17,7 +17,22 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ...engine import (
+from edge_server.api.common.llama_fields import (
+    check_llama_server_fields,
+    grammar_conflict,
+    user_grammar,
+)
+from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.common.protocol import (
+    CompletionTokensDetails,
+    PromptTokensDetails,
+    SamplingRequest,
+    UsageInfo,
+)
+from edge_server.api.http.auth import tenant_of
+from edge_server.api.http.errors import APIError, from_engine_error, invalid
+from edge_server.api.http.read_ahead import ReadAheadStream
+from edge_server.engine import (
     ChoiceDelta,
     Engine,
     EngineError,
@@ -26,20 +41,14 @@ from ...engine import (
     SamplingParams,
     Usage,
 )
-from ...engine.grammar.json_grammar import (
+from edge_server.engine.grammar.json_grammar import (
     ANY_JSON_OBJECT,
     SchemaError,
     compile_schema,
     name_tool_paths,
 )
-from ...engine.request import PromptProgress, RequestHandle
-from ...engine.sampling.logprobs import TokenLogprob
-from ..http.auth import tenant_of
-from ..http.errors import APIError, from_engine_error, invalid
-from ..http.read_ahead import ReadAheadStream
-from .llama_fields import check_llama_server_fields, grammar_conflict, user_grammar
-from .model_bounds import ModelBounds
-from .protocol import CompletionTokensDetails, PromptTokensDetails, SamplingRequest, UsageInfo
+from edge_server.engine.request import PromptProgress, RequestHandle
+from edge_server.engine.sampling.logprobs import TokenLogprob
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Protocol, TypeVar
 
 from starlette.responses import Response
 
-from ...engine import Engine
-from ..http.errors import APIError
+from edge_server.api.http.errors import APIError
+from edge_server.engine import Engine
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from ...engine.multimodal.projector import ImageLimits
-from .fetch_address import fetch_allowed, networks
+from edge_server.api.common.fetch_address import fetch_allowed, networks
+from edge_server.engine.multimodal.projector import ImageLimits
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer

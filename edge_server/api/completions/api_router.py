@@ -6,9 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..common.image_fetch import serve_body
-from .protocol import CompletionRequest
-from .serving import CompletionsServing
+from edge_server.api.common.image_fetch import serve_body
+from edge_server.api.completions.protocol import CompletionRequest
+from edge_server.api.completions.serving import CompletionsServing
 
 _serving = CompletionsServing()
 

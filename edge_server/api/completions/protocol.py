@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..common.protocol import SamplingRequest, UsageInfo
-from ..http.limits import MAX_IMAGES, MAX_PROMPTS, token_ids
+from edge_server.api.common.protocol import SamplingRequest, UsageInfo
+from edge_server.api.http.limits import MAX_IMAGES, MAX_PROMPTS, token_ids
 
 Prompt = str | list[str] | list[int] | list[list[int]]
 

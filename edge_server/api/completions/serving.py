@@ -10,16 +10,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...engine import Engine, GenerationRequest
-from ...engine.request import ImageSpan, PromptProgress, RequestHandle
-from ...engine.sampling.logprobs import TokenLogprob
-from ..common.fim import fim_prompt, fim_tokens, text_tokens
-from ..common.images import check_image_count, decode_image_url, image_errors
-from ..common.logprobs_format import completion_logprobs
-from ..common.model_bounds import ModelBounds
-from ..common.prompt_bounds import check_prompt_bytes
-from ..common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
-from ..common.serving import (
+from edge_server.api.common.fim import fim_prompt, fim_tokens, text_tokens
+from edge_server.api.common.images import check_image_count, decode_image_url, image_errors
+from edge_server.api.common.logprobs_format import completion_logprobs
+from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.common.prompt_bounds import check_prompt_bytes
+from edge_server.api.common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
+from edge_server.api.common.serving import (
     SSE_DONE,
     ChoiceResult,
     budgets,
@@ -39,14 +36,17 @@ from ..common.serving import (
     usage_info,
     wait_started,
 )
-from ..http.dependencies import off_loop
-from ..http.errors import invalid, unsupported
-from .protocol import (
+from edge_server.api.completions.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
 )
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import invalid, unsupported
+from edge_server.engine import Engine, GenerationRequest
+from edge_server.engine.request import ImageSpan, PromptProgress, RequestHandle
+from edge_server.engine.sampling.logprobs import TokenLogprob
 
 DEFAULT_MAX_TOKENS = 16
 IMAGE_MARKER = "<image>"  # where each of `images` goes in the prompt (Fireworks' API)

@@ -6,9 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..http.dependencies import parse_body, serve_with_model
-from .protocol import EmbeddingRequest
-from .serving import EmbeddingsServing
+from edge_server.api.embeddings.protocol import EmbeddingRequest
+from edge_server.api.embeddings.serving import EmbeddingsServing
+from edge_server.api.http.dependencies import parse_body, serve_with_model
 
 _serving = EmbeddingsServing()
 

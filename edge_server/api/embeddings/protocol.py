@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...catalogue.default_model import DEFAULT_ALIAS
-from ..http.limits import token_ids
+from edge_server.api.http.limits import token_ids
+from edge_server.catalogue.default_model import DEFAULT_ALIAS
 
 MAX_EMBEDDING_INPUTS = 2048  # inputs of one request (OpenAI's limit)
 

@@ -17,14 +17,18 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...engine import Engine, EngineError
-from ...engine.embeddings.embedder import EmbeddingJob, EmbeddingPlan, EmbeddingsUnsupported
-from ..common.job_wait import await_job
-from ..common.model_bounds import ModelBounds
-from ..common.prompt_bounds import too_long
-from ..http.dependencies import off_loop
-from ..http.errors import APIError, from_engine_error, invalid, unsupported
-from .protocol import EmbeddingRequest
+from edge_server.api.common.job_wait import await_job
+from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.common.prompt_bounds import too_long
+from edge_server.api.embeddings.protocol import EmbeddingRequest
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import APIError, from_engine_error, invalid, unsupported
+from edge_server.engine import Engine, EngineError
+from edge_server.engine.embeddings.embedder import (
+    EmbeddingJob,
+    EmbeddingPlan,
+    EmbeddingsUnsupported,
+)
 
 # Tokens of one request, all inputs together (OpenAI's limit): bounds the work one
 # request may queue.

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import APIError
-from .hold import hold_of
+from edge_server.api.http.errors import APIError
+from edge_server.api.http.hold import hold_of
 
 # The doors that queue for a slot of a model's engine.
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses",

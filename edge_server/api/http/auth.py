@@ -22,7 +22,7 @@ from typing import Literal
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import APIError
+from edge_server.api.http.errors import APIError
 
 OPEN_PATHS = {"/health"}
 _TENANT = "tenant"

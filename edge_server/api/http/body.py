@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import APIError, invalid
-from .limits import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_OBJECT_KEYS
+from edge_server.api.http.errors import APIError, invalid
+from edge_server.api.http.limits import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_OBJECT_KEYS
 
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 

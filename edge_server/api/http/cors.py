@@ -21,7 +21,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import APIError
+from edge_server.api.http.errors import APIError
 
 ANY_ORIGIN = "*"
 # Answer headers a cross-origin page may read (the rest are hidden by the browser).

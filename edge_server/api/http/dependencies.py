@@ -16,15 +16,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ...catalogue.pool import Lease, ModelPool, ModelUnavailable
-from ...catalogue.spec import UnknownModel
-from ...engine import Engine
-from ...engine.multimodal.image_scope import images_scope
-from .auth import require_admin, role_of
-from .body import parse_json_object
-from .errors import APIError, from_validation_error, model_not_found
-from .hold import RequestHold, hold_of
-from .read_ahead import ReadAheadStream
+from edge_server.api.http.auth import require_admin, role_of
+from edge_server.api.http.body import parse_json_object
+from edge_server.api.http.errors import APIError, from_validation_error, model_not_found
+from edge_server.api.http.hold import RequestHold, hold_of
+from edge_server.api.http.read_ahead import ReadAheadStream
+from edge_server.catalogue.pool import Lease, ModelPool, ModelUnavailable
+from edge_server.catalogue.spec import UnknownModel
+from edge_server.engine import Engine
+from edge_server.engine.multimodal.image_scope import images_scope
 
 log = logging.getLogger(__name__)
 

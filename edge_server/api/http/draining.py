@@ -12,7 +12,7 @@ import time
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import APIError
+from edge_server.api.http.errors import APIError
 
 # Probes and scrapes are answered while draining: they are how the drain is watched.
 _EXEMPT_PATHS = frozenset({"/health", "/metrics"})

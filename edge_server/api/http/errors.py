@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ...engine import EngineError, EngineOverloaded
+from edge_server.engine import EngineError, EngineOverloaded
 
 log = logging.getLogger(__name__)
 

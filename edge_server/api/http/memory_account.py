@@ -30,8 +30,8 @@ from __future__ import annotations
 import mmap
 from pathlib import Path
 
-from ...catalogue.pool import ModelPool
-from ...engine.grammar.json_grammar import grammar_cache_bytes
+from edge_server.catalogue.pool import ModelPool
+from edge_server.engine.grammar.json_grammar import grammar_cache_bytes
 
 MODEL_PARTS = ("kv_cache", "compute_buffers", "prompt_store", "checkpoints",
                "embedding_context",

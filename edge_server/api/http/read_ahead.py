@@ -21,7 +21,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .send_buffers import EXTENSION, Account
+from edge_server.api.http.send_buffers import EXTENSION, Account
 
 
 class ReadAheadStream(StreamingResponse):

@@ -6,9 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..http.dependencies import parse_body, serve_with_model
-from .protocol import InfillRequest
-from .serving import InfillServing
+from edge_server.api.http.dependencies import parse_body, serve_with_model
+from edge_server.api.infill.protocol import InfillRequest
+from edge_server.api.infill.serving import InfillServing
 
 _serving = InfillServing()
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..common.protocol import SamplingRequest
+from edge_server.api.common.protocol import SamplingRequest
 
 MAX_EXTRA_CHUNKS = 1024  # llama.vscode's ring buffer holds 16 by default
 

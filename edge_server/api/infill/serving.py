@@ -10,11 +10,15 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine, GenerationRequest
-from ...engine.request import PromptProgress, RequestHandle
-from ..common.fim import ExtraChunk, extra_context, fim_prompt, fim_tokens, text_tokens
-from ..common.prompt_bounds import check_prompt_bytes
-from ..common.serving import (
+from edge_server.api.common.fim import (
+    ExtraChunk,
+    extra_context,
+    fim_prompt,
+    fim_tokens,
+    text_tokens,
+)
+from edge_server.api.common.prompt_bounds import check_prompt_bytes
+from edge_server.api.common.serving import (
     budgets,
     cancel_on_disconnect,
     collect,
@@ -28,9 +32,11 @@ from ..common.serving import (
     submit,
     wait_started,
 )
-from ..http.dependencies import off_loop
-from ..http.errors import invalid
-from .protocol import InfillRequest, InfillResponse, InfillTimings
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import invalid
+from edge_server.api.infill.protocol import InfillRequest, InfillResponse, InfillTimings
+from edge_server.engine import Engine, GenerationRequest
+from edge_server.engine.request import PromptProgress, RequestHandle
 
 
 @dataclass

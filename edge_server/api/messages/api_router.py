@@ -6,9 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..common.image_fetch import serve_body
-from .protocol import CountTokensRequest, MessagesRequest
-from .serving import MessagesServing
+from edge_server.api.common.image_fetch import serve_body
+from edge_server.api.messages.protocol import CountTokensRequest, MessagesRequest
+from edge_server.api.messages.serving import MessagesServing
 
 _serving = MessagesServing()
 

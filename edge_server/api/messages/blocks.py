@@ -10,8 +10,8 @@ import json
 import uuid
 from typing import Any
 
-from ..http.errors import APIError
-from ..http.limits import MAX_JSON_DEPTH, nesting_depth
+from edge_server.api.http.errors import APIError
+from edge_server.api.http.limits import MAX_JSON_DEPTH, nesting_depth
 
 Event = tuple[str, dict[str, Any]]  # (event type, payload)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from ...engine import FinishReason, Usage
-from ..chat.choice_output import ChoiceOutput
-from .protocol import MessagesUsage
+from edge_server.api.chat.choice_output import ChoiceOutput
+from edge_server.api.messages.protocol import MessagesUsage
+from edge_server.engine import FinishReason, Usage
 
 
 def message_id() -> str:

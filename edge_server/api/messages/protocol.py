@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..http.limits import (
+from edge_server.api.http.limits import (
     INT32_MAX,
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,

@@ -9,26 +9,30 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine, FinishReason
-from ...engine.request import RequestHandle
-from ..chat import tools as tooling
-from ..chat.choice_output import ChoiceOutput
-from ..chat.prompt import chat_prompt, render_chat
-from ..chat.serving import PreparedChat, prepare
-from ..common.serving import (
+from edge_server.api.chat import tools as tooling
+from edge_server.api.chat.choice_output import ChoiceOutput
+from edge_server.api.chat.prompt import chat_prompt, render_chat
+from edge_server.api.chat.serving import PreparedChat, prepare
+from edge_server.api.common.serving import (
     cancel_on_disconnect,
     sse_response,
     stream_deltas,
     submit,
     wait_started,
 )
-from ..http.dependencies import off_loop
-from ..http.errors import APIError
-from .blocks import Blocks
-from .outcome import StopReading, message_id, messages_usage
-from .protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
-from .streaming import stream_messages
-from .translate import PARAM_NAMES, rename_image_param, to_chat
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import APIError
+from edge_server.api.messages.blocks import Blocks
+from edge_server.api.messages.outcome import StopReading, message_id, messages_usage
+from edge_server.api.messages.protocol import (
+    CountTokensRequest,
+    CountTokensResponse,
+    MessagesRequest,
+)
+from edge_server.api.messages.streaming import stream_messages
+from edge_server.api.messages.translate import PARAM_NAMES, rename_image_param, to_chat
+from edge_server.engine import Engine, FinishReason
+from edge_server.engine.request import RequestHandle
 
 
 def _prepare(req: MessagesRequest, engine: Engine) -> PreparedChat:

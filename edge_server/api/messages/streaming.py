@@ -11,13 +11,13 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ...engine.request import RequestHandle
-from ..chat.choice_output import ChoiceOutput
-from ..common.serving import cancel_on_disconnect, stream_deltas
-from ..http.errors import APIError
-from .blocks import Blocks, Event
-from .error_shape import anthropic_body
-from .outcome import StopReading, messages_usage
+from edge_server.api.chat.choice_output import ChoiceOutput
+from edge_server.api.common.serving import cancel_on_disconnect, stream_deltas
+from edge_server.api.http.errors import APIError
+from edge_server.api.messages.blocks import Blocks, Event
+from edge_server.api.messages.error_shape import anthropic_body
+from edge_server.api.messages.outcome import StopReading, messages_usage
+from edge_server.engine.request import RequestHandle
 
 
 def sse(kind: str, payload: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import json
 
 from pydantic import ValidationError
 
-from ..chat.protocol import (
+from edge_server.api.chat.protocol import (
     ChatCompletionRequest,
     ChatMessage,
     ContentPart,
@@ -20,8 +20,8 @@ from ..chat.protocol import (
     Tool,
     ToolCall,
 )
-from ..http.errors import APIError, invalid, unsupported
-from .protocol import (
+from edge_server.api.http.errors import APIError, invalid, unsupported
+from edge_server.api.messages.protocol import (
     CountTokensRequest,
     ImageBlock,
     Message,

@@ -6,9 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..common.image_fetch import serve_body
-from .protocol import NativeCompletionRequest
-from .serving import NativeServing
+from edge_server.api.common.image_fetch import serve_body
+from edge_server.api.native.protocol import NativeCompletionRequest
+from edge_server.api.native.serving import NativeServing
 
 _serving = NativeServing()
 

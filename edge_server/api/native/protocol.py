@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ..completions.protocol import CompletionRequest
+from edge_server.api.completions.protocol import CompletionRequest
 
 # What llama-server samples with when a request says nothing (its common_params_sampling).
 LLAMA_SERVER_SAMPLER = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}

@@ -15,12 +15,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import ChoiceDelta, Engine, GenerationRequest
-from ...engine.request import PromptProgress, RequestHandle
-from ...engine.sampling.logprobs import TokenLogprob
-from ..common.llama_format import sampler_json, timings_json
-from ..common.response_bounds import AnswerShape, check_answer_size
-from ..common.serving import (
+from edge_server.api.common.llama_format import sampler_json, timings_json
+from edge_server.api.common.response_bounds import AnswerShape, check_answer_size
+from edge_server.api.common.serving import (
     cancel_on_disconnect,
     merged_events,
     progress_json,
@@ -30,10 +27,13 @@ from ..common.serving import (
     submit_all,
     wait_started,
 )
-from ..completions.serving import PreparedCompletion, prepare
-from ..http.dependencies import off_loop
-from ..http.errors import unsupported
-from .protocol import NativeCompletionRequest, NativeResult
+from edge_server.api.completions.serving import PreparedCompletion, prepare
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import unsupported
+from edge_server.api.native.protocol import NativeCompletionRequest, NativeResult
+from edge_server.engine import ChoiceDelta, Engine, GenerationRequest
+from edge_server.engine.request import PromptProgress, RequestHandle
+from edge_server.engine.sampling.logprobs import TokenLogprob
 
 
 @dataclass

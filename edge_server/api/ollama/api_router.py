@@ -9,20 +9,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...catalogue.pool import ModelPool
-from ...catalogue.spec import UnknownModel
-from ...engine import Engine
-from ..http.auth import require_admin, role_of
-from ..http.dependencies import acquire, parse_body, pool, serve_with_model
-from . import blobs, models, names, profiles
-from .create import create
-from .embed import EmbedServing
-from .options import keep_alive_seconds
-from .protocol import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
-from .pull import pull
-from .saved_models import Profile, SavedModels
-from .serving import OllamaServing
-from .streaming import Clock, created_at
+from edge_server.api.http.auth import require_admin, role_of
+from edge_server.api.http.dependencies import acquire, parse_body, pool, serve_with_model
+from edge_server.api.ollama import blobs, models, names, profiles
+from edge_server.api.ollama.create import create
+from edge_server.api.ollama.embed import EmbedServing
+from edge_server.api.ollama.options import keep_alive_seconds
+from edge_server.api.ollama.protocol import (
+    ChatRequest,
+    EmbeddingsRequest,
+    EmbedRequest,
+    GenerateRequest,
+)
+from edge_server.api.ollama.pull import pull
+from edge_server.api.ollama.saved_models import Profile, SavedModels
+from edge_server.api.ollama.serving import OllamaServing
+from edge_server.api.ollama.streaming import Clock, created_at
+from edge_server.catalogue.pool import ModelPool
+from edge_server.catalogue.spec import UnknownModel
+from edge_server.engine import Engine
 
 _serving = OllamaServing()
 _embedding = EmbedServing()

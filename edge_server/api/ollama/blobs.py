@@ -21,12 +21,18 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...catalogue.store import ModelStore
-from ..http.auth import require_admin
-from ..http.dependencies import off_loop
-from ..http.errors import APIError, invalid
-from .saved_models import BLOB_PREFIX, blob_path
-from .upload_room import UPLOAD_PREFIX, NoRoom, Reservation, open_locked, remove_stale
+from edge_server.api.http.auth import require_admin
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import APIError, invalid
+from edge_server.api.ollama.saved_models import BLOB_PREFIX, blob_path
+from edge_server.api.ollama.upload_room import (
+    UPLOAD_PREFIX,
+    NoRoom,
+    Reservation,
+    open_locked,
+    remove_stale,
+)
+from edge_server.catalogue.store import ModelStore
 
 PREFIX = "/api/blobs/"
 GGUF_MAGIC = b"GGUF"

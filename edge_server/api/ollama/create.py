@@ -15,15 +15,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...catalogue.pool import ModelPool
-from ..http.auth import require_admin
-from ..http.dependencies import off_loop, parse_body, pool
-from ..http.errors import APIError, invalid
-from . import modelfile, names
-from . import options as opts
-from .blobs import digest_of
-from .protocol import CreateRequest
-from .saved_models import (
+from edge_server.api.http.auth import require_admin
+from edge_server.api.http.dependencies import off_loop, parse_body, pool
+from edge_server.api.http.errors import APIError, invalid
+from edge_server.api.ollama import modelfile, names
+from edge_server.api.ollama import options as opts
+from edge_server.api.ollama.blobs import digest_of
+from edge_server.api.ollama.protocol import CreateRequest
+from edge_server.api.ollama.saved_models import (
     BLOB_PREFIX,
     Profile,
     SavedModel,
@@ -31,8 +30,9 @@ from .saved_models import (
     blob_path,
     check_new_name,
 )
-from .streaming import line, ndjson_stream
-from .translate import render_template
+from edge_server.api.ollama.streaming import line, ndjson_stream
+from edge_server.api.ollama.translate import render_template
+from edge_server.catalogue.pool import ModelPool
 
 # Fields of the request for what this server does not do, and why.
 _REFUSED = {

@@ -9,13 +9,13 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine
-from ..embeddings.protocol import EmbeddingRequest
-from ..embeddings.serving import embed
-from ..http.errors import APIError, from_validation_error
-from . import options as opts
-from .protocol import EmbeddingsRequest, EmbedRequest
-from .streaming import Clock
+from edge_server.api.embeddings.protocol import EmbeddingRequest
+from edge_server.api.embeddings.serving import embed
+from edge_server.api.http.errors import APIError, from_validation_error
+from edge_server.api.ollama import options as opts
+from edge_server.api.ollama.protocol import EmbeddingsRequest, EmbedRequest
+from edge_server.api.ollama.streaming import Clock
+from edge_server.engine import Engine
 
 
 def _request(model: str, inputs: str | list[str], dimensions: int | None) -> EmbeddingRequest:

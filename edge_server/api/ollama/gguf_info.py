@@ -20,7 +20,7 @@ from typing import Any
 
 import gguf
 
-from ...catalogue.hub_download import sha256_of
+from edge_server.catalogue.hub_download import sha256_of
 
 log = logging.getLogger(__name__)
 

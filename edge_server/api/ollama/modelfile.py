@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..http.errors import invalid
-from .protocol import MAX_MODELFILE_CHARS
+from edge_server.api.http.errors import invalid
+from edge_server.api.ollama.protocol import MAX_MODELFILE_CHARS
 
 MAX_ARGUMENT_CHARS = 65_536  # a TEMPLATE or SYSTEM, as long as the fields' (CreateRequest)
 _NON_SPACE = re.compile(r"\S")

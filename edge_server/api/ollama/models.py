@@ -21,21 +21,21 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...catalogue.names import TooManyNames
-from ...catalogue.pool import ModelPool
-from ...catalogue.spec import ModelSpec
-from ...catalogue.store import ModelStore
-from ..chat.tool_parsers import think_markers
-from ..http.auth import require_admin
-from ..http.dependencies import parse_body, pool
-from ..http.errors import APIError
-from ..http.io_threads import run_io
-from . import names
-from .create import forget, made_from
-from .gguf_info import FACTS
-from .options import DEFAULTS
-from .protocol import CopyRequest, ModelRequest
-from .saved_models import Profile, SavedModel, SavedModels, check_new_name
+from edge_server.api.chat.tool_parsers import think_markers
+from edge_server.api.http.auth import require_admin
+from edge_server.api.http.dependencies import parse_body, pool
+from edge_server.api.http.errors import APIError
+from edge_server.api.http.io_threads import run_io
+from edge_server.api.ollama import names
+from edge_server.api.ollama.create import forget, made_from
+from edge_server.api.ollama.gguf_info import FACTS
+from edge_server.api.ollama.options import DEFAULTS
+from edge_server.api.ollama.protocol import CopyRequest, ModelRequest
+from edge_server.api.ollama.saved_models import Profile, SavedModel, SavedModels, check_new_name
+from edge_server.catalogue.names import TooManyNames
+from edge_server.catalogue.pool import ModelPool
+from edge_server.catalogue.spec import ModelSpec
+from edge_server.catalogue.store import ModelStore
 
 # The Ollama release whose API this server speaks: clients check it for features.
 OLLAMA_VERSION = "0.12.6"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from ...catalogue.pool import ModelPool
-from ...catalogue.spec import ModelSpec, UnknownModel
-from ..http.errors import APIError, invalid
+from edge_server.api.http.errors import APIError, invalid
+from edge_server.catalogue.pool import ModelPool
+from edge_server.catalogue.spec import ModelSpec, UnknownModel
 
 LATEST = ":latest"
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
-from ..http.errors import from_validation_error, invalid
-from ..http.limits import INT32_MAX, check_stops
+from edge_server.api.http.errors import from_validation_error, invalid
+from edge_server.api.http.limits import INT32_MAX, check_stops
 
 MAX_STOPS = 16
 

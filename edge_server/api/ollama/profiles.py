@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine import Engine
-from ..common.prompt_bounds import prompt_size_limit, rendered_too_long
-from ..http.errors import invalid
-from .protocol import ChatRequest, GenerateRequest, Message
-from .saved_models import Profile
-from .translate import render_template
+from edge_server.api.common.prompt_bounds import prompt_size_limit, rendered_too_long
+from edge_server.api.http.errors import invalid
+from edge_server.api.ollama.protocol import ChatRequest, GenerateRequest, Message
+from edge_server.api.ollama.saved_models import Profile
+from edge_server.api.ollama.translate import render_template
+from edge_server.engine import Engine
 
 
 def _options(profile: Profile, options: dict[str, Any] | None) -> dict[str, Any]:

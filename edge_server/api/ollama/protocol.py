@@ -10,8 +10,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..chat.protocol import FunctionDef
-from ..http.limits import MAX_IMAGES, MAX_MESSAGES, MAX_OBJECT_KEYS, MAX_TOOL_CALLS, MAX_TOOLS
+from edge_server.api.chat.protocol import FunctionDef
+from edge_server.api.http.limits import (
+    MAX_IMAGES,
+    MAX_MESSAGES,
+    MAX_OBJECT_KEYS,
+    MAX_TOOL_CALLS,
+    MAX_TOOLS,
+)
 
 _STRICT = ConfigDict(extra="forbid")
 MAX_EMBED_INPUTS = 2048  # as /v1/embeddings

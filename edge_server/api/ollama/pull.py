@@ -21,18 +21,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ...catalogue.hub_download import HubDownload, InsufficientStorage, PullCancelled
-from ...catalogue.pool import ModelPool
-from ...catalogue.spec import ModelSpec, UnknownModel
-from ...catalogue.store import ModelStore, PullError, RegistryEntry
-from ..http.auth import require_admin
-from ..http.dependencies import parse_body, pool
-from ..http.errors import APIError
-from ..http.io_threads import run_io
-from . import names
-from .protocol import PullRequest
-from .pull_jobs import PullJob, PullJobs
-from .streaming import NDJSON, line
+from edge_server.api.http.auth import require_admin
+from edge_server.api.http.dependencies import parse_body, pool
+from edge_server.api.http.errors import APIError
+from edge_server.api.http.io_threads import run_io
+from edge_server.api.ollama import names
+from edge_server.api.ollama.protocol import PullRequest
+from edge_server.api.ollama.pull_jobs import PullJob, PullJobs
+from edge_server.api.ollama.streaming import NDJSON, line
+from edge_server.catalogue.hub_download import HubDownload, InsufficientStorage, PullCancelled
+from edge_server.catalogue.pool import ModelPool
+from edge_server.catalogue.spec import ModelSpec, UnknownModel
+from edge_server.catalogue.store import ModelStore, PullError, RegistryEntry
 
 HUB_PREFIXES = ("hf.co/", "huggingface.co/")
 _PROGRESS_EVERY_S = 0.25

@@ -12,8 +12,8 @@ import logging
 import threading
 from pathlib import Path
 
-from ...catalogue.hub_download import HubDownload, PullError
-from ..http.errors import APIError
+from edge_server.api.http.errors import APIError
+from edge_server.catalogue.hub_download import HubDownload, PullError
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import anyio
 
-from ...catalogue.pool import ModelPool
-from ...catalogue.spec import ModelSpec, UnknownModel
-from ...catalogue.store import ModelStore, RegistryEntry
-from ..http.errors import APIError
-from ..http.io_threads import run_io
-from . import names, saved_file
+from edge_server.api.http.errors import APIError
+from edge_server.api.http.io_threads import run_io
+from edge_server.api.ollama import names, saved_file
+from edge_server.catalogue.pool import ModelPool
+from edge_server.catalogue.spec import ModelSpec, UnknownModel
+from edge_server.catalogue.store import ModelStore, RegistryEntry
 
 log = logging.getLogger(__name__)
 

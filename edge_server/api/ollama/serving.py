@@ -13,29 +13,35 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine, GenerationRequest
-from ...engine.request import ImageSpan, RequestHandle
-from ..chat.choice_output import ChoiceOutput
-from ..chat.prompt import ChatPrompt, MakePrompt, PromptRender, chat_prompt
-from ..chat.protocol import ChatMessage
-from ..chat.serving import prepare as prepare_chat_completion
-from ..common.model_bounds import ModelBounds
-from ..common.protocol import SamplingRequest
-from ..common.serving import (
+from edge_server.api.chat.choice_output import ChoiceOutput
+from edge_server.api.chat.prompt import ChatPrompt, MakePrompt, PromptRender, chat_prompt
+from edge_server.api.chat.protocol import ChatMessage
+from edge_server.api.chat.serving import prepare as prepare_chat_completion
+from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.common.protocol import SamplingRequest
+from edge_server.api.common.serving import (
     cancel_on_disconnect,
     sampling_params,
     stream_deltas,
     submit,
     wait_started,
 )
-from ..common.truncation import Truncated, answer_reserve, fit_tokens, wanted
-from ..http.dependencies import off_loop
-from ..http.errors import APIError, invalid
-from . import options as opts
-from . import profiles
-from .protocol import ChatRequest, GenerateRequest
-from .streaming import Answer, Clock, line, ndjson_stream, with_error_line
-from .translate import Names, chat_request, generate_chat_request, response_format, text_prompt
+from edge_server.api.common.truncation import Truncated, answer_reserve, fit_tokens, wanted
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import APIError, invalid
+from edge_server.api.ollama import options as opts
+from edge_server.api.ollama import profiles
+from edge_server.api.ollama.protocol import ChatRequest, GenerateRequest
+from edge_server.api.ollama.streaming import Answer, Clock, line, ndjson_stream, with_error_line
+from edge_server.api.ollama.translate import (
+    Names,
+    chat_request,
+    generate_chat_request,
+    response_format,
+    text_prompt,
+)
+from edge_server.engine import Engine, GenerationRequest
+from edge_server.engine.request import ImageSpan, RequestHandle
 
 
 @dataclass

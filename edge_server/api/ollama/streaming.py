@@ -19,13 +19,13 @@ from typing import Any
 
 from starlette.responses import StreamingResponse
 
-from ...engine import ChoiceDelta, Usage
-from ...engine.backend.llama_model import Vocab
-from ...engine.request import RequestHandle
-from ..chat.choice_output import ChoiceOutput
-from ..common.logprobs_format import chat_logprobs
-from ..common.serving import EngineStream
-from ..http.errors import APIError
+from edge_server.api.chat.choice_output import ChoiceOutput
+from edge_server.api.common.logprobs_format import chat_logprobs
+from edge_server.api.common.serving import EngineStream
+from edge_server.api.http.errors import APIError
+from edge_server.engine import ChoiceDelta, Usage
+from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.request import RequestHandle
 
 NDJSON = "application/x-ndjson"
 

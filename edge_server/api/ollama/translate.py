@@ -14,20 +14,24 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ...engine import Engine
-from ...engine.chat_template import TemplateTooLong, joined_within
-from ..chat.protocol import (
+from edge_server.api.chat.protocol import (
     ChatCompletionRequest,
     ChatMessage,
     ContentPart,
     FunctionCall,
 )
-from ..chat.protocol import ToolCall as ChatToolCall
-from ..common.prompt_bounds import check_prompt_bytes, prompt_size_limit, rendered_too_long
-from ..completions.serving import fill_in_the_middle
-from ..http.errors import APIError, invalid
-from .options import Sampling
-from .protocol import ChatRequest, GenerateRequest, Message
+from edge_server.api.chat.protocol import ToolCall as ChatToolCall
+from edge_server.api.common.prompt_bounds import (
+    check_prompt_bytes,
+    prompt_size_limit,
+    rendered_too_long,
+)
+from edge_server.api.completions.serving import fill_in_the_middle
+from edge_server.api.http.errors import APIError, invalid
+from edge_server.api.ollama.options import Sampling
+from edge_server.api.ollama.protocol import ChatRequest, GenerateRequest, Message
+from edge_server.engine import Engine
+from edge_server.engine.chat_template import TemplateTooLong, joined_within
 
 # Base64 openings of the formats the image checks accept; others are sniffed there.
 _MAGIC = {"iVBOR": "png", "/9j/": "jpeg", "R0lG": "gif", "UklG": "webp", "Qk": "bmp"}

@@ -7,9 +7,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..http.dependencies import parse_body, serve_with_model
-from .protocol import RerankRequest
-from .serving import RerankServing
+from edge_server.api.http.dependencies import parse_body, serve_with_model
+from edge_server.api.rerank.protocol import RerankRequest
+from edge_server.api.rerank.serving import RerankServing
 
 _serving = RerankServing()
 

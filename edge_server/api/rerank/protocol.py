@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...catalogue.default_model import DEFAULT_ALIAS
+from edge_server.catalogue.default_model import DEFAULT_ALIAS
 
 MAX_RERANK_DOCUMENTS = 1000  # documents of one request (Cohere's limit)
 

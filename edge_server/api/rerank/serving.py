@@ -16,13 +16,19 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine, EngineError
-from ...engine.embeddings.embedder import EmbeddingJob, EmbeddingsUnsupported
-from ..common.job_wait import await_job
-from ..common.prompt_bounds import too_long
-from ..http.dependencies import off_loop
-from ..http.errors import APIError, from_engine_error, invalid
-from .protocol import RerankRequest, RerankResponse, RerankResult, TeiRank, TextDocument
+from edge_server.api.common.job_wait import await_job
+from edge_server.api.common.prompt_bounds import too_long
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import APIError, from_engine_error, invalid
+from edge_server.api.rerank.protocol import (
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    TeiRank,
+    TextDocument,
+)
+from edge_server.engine import Engine, EngineError
+from edge_server.engine.embeddings.embedder import EmbeddingJob, EmbeddingsUnsupported
 
 # Tokens of one request, all pairs together (as the embeddings endpoint's limit): bounds
 # the work one request may queue.

@@ -10,15 +10,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..common.image_fetch import with_image_urls
-from ..http.auth import tenant_of
-from ..http.dependencies import off_loop, parse_body, serve_with_model
-from ..http.errors import APIError, from_validation_error, invalid
-from .items import input_items, page
-from .protocol import ITEM_TAGS, ResponsesRequest
-from .serving import ResponsesServing, check_fields
-from .store import ResponseStore, StoredResponse, StoreError
-from .store_codec import dumps
+from edge_server.api.common.image_fetch import with_image_urls
+from edge_server.api.http.auth import tenant_of
+from edge_server.api.http.dependencies import off_loop, parse_body, serve_with_model
+from edge_server.api.http.errors import APIError, from_validation_error, invalid
+from edge_server.api.responses.items import input_items, page
+from edge_server.api.responses.protocol import ITEM_TAGS, ResponsesRequest
+from edge_server.api.responses.serving import ResponsesServing, check_fields
+from edge_server.api.responses.store import ResponseStore, StoredResponse, StoreError
+from edge_server.api.responses.store_codec import dumps
 
 _serving = ResponsesServing()
 _MAX_PAGE = 100

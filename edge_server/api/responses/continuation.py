@@ -18,14 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ...engine import Engine
-from ...engine.chat_template import RenderedChat
-from ..chat.prompt import ChatPrompt, PromptRender, chat_prompt
-from ..chat.protocol import ChatMessage
-from ..common.model_bounds import ModelBounds
-from ..http.errors import APIError
-from .conversation import MARK_OPEN, output_marker
-from .store import Continuation, StoredResponse
+from edge_server.api.chat.prompt import ChatPrompt, PromptRender, chat_prompt
+from edge_server.api.chat.protocol import ChatMessage
+from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.http.errors import APIError
+from edge_server.api.responses.conversation import MARK_OPEN, output_marker
+from edge_server.api.responses.store import Continuation, StoredResponse
+from edge_server.engine import Engine
+from edge_server.engine.chat_template import RenderedChat
 
 
 def prompt_key(text: str, literals: dict[str, str]) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from ..chat.protocol import ChatMessage, ContentPart, FunctionCall, ToolCall
-from ..http.errors import invalid, unsupported
-from .protocol import (
+from edge_server.api.chat.protocol import ChatMessage, ContentPart, FunctionCall, ToolCall
+from edge_server.api.http.errors import invalid, unsupported
+from edge_server.api.responses.protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,

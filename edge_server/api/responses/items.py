@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ..http.errors import invalid
-from .protocol import MessageItem, ResponsesRequest
-from .streaming import item_id
+from edge_server.api.http.errors import invalid
+from edge_server.api.responses.protocol import MessageItem, ResponsesRequest
+from edge_server.api.responses.streaming import item_id
 
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
               "reasoning": "rs"}

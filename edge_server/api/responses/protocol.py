@@ -18,7 +18,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from ..http.limits import MAX_CACHE_KEY_CHARS, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
+from edge_server.api.http.limits import (
+    MAX_CACHE_KEY_CHARS,
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    MAX_TOOLS,
+)
 
 # Unknown fields are dropped (see above).
 _KNOWN_ONLY = ConfigDict(extra="ignore")

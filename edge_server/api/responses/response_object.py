@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine import Engine
-from ...engine.request import RequestHandle
-from ..common.serving import now
-from .protocol import ResponsesRequest
-from .streaming import OutputItems, item_id
+from edge_server.api.common.serving import now
+from edge_server.api.responses.protocol import ResponsesRequest
+from edge_server.api.responses.streaming import OutputItems, item_id
+from edge_server.engine import Engine
+from edge_server.engine.request import RequestHandle
 
 
 def shell(req: ResponsesRequest, engine: Engine, *, stored: bool) -> dict[str, Any]:

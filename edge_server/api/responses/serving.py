@@ -13,13 +13,11 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine import Engine
-from ...engine.request import RequestHandle
-from ..chat.choice_output import ChoiceOutput
-from ..chat.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
-from ..chat.serving import PreparedChat, prepare
-from ..common.protocol import JSONSchemaFormat, ResponseFormat
-from ..common.serving import (
+from edge_server.api.chat.choice_output import ChoiceOutput
+from edge_server.api.chat.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
+from edge_server.api.chat.serving import PreparedChat, prepare
+from edge_server.api.common.protocol import JSONSchemaFormat, ResponseFormat
+from edge_server.api.common.serving import (
     cancel_on_disconnect,
     collect,
     sse_response,
@@ -27,18 +25,26 @@ from ..common.serving import (
     submit,
     wait_started,
 )
-from ..http.auth import tenant_of
-from ..http.dependencies import off_loop
-from ..http.errors import APIError, invalid, unsupported
-from . import response_object
-from .chain_bound import chain_limit, check_chain
-from .continuation import Continuing
-from .conversation import chat_messages
-from .items import stored_input
-from .protocol import ResponsesRequest
-from .store import Continuation, ResponseRecord, ResponseStore, StoredResponse, StoreError
-from .store_codec import dumps
-from .streaming import EventWriter, OutputItems, with_error_event
+from edge_server.api.http.auth import tenant_of
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.http.errors import APIError, invalid, unsupported
+from edge_server.api.responses import response_object
+from edge_server.api.responses.chain_bound import chain_limit, check_chain
+from edge_server.api.responses.continuation import Continuing
+from edge_server.api.responses.conversation import chat_messages
+from edge_server.api.responses.items import stored_input
+from edge_server.api.responses.protocol import ResponsesRequest
+from edge_server.api.responses.store import (
+    Continuation,
+    ResponseRecord,
+    ResponseStore,
+    StoredResponse,
+    StoreError,
+)
+from edge_server.api.responses.store_codec import dumps
+from edge_server.api.responses.streaming import EventWriter, OutputItems, with_error_event
+from edge_server.engine import Engine
+from edge_server.engine.request import RequestHandle
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,15 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from ..http.dependencies import off_loop
-from .store_codec import decode, encode
-from .store_db import Database, Put
-from .store_types import Continuation, ResponseRecord, StoredResponse, StoreError
+from edge_server.api.http.dependencies import off_loop
+from edge_server.api.responses.store_codec import decode, encode
+from edge_server.api.responses.store_db import Database, Put
+from edge_server.api.responses.store_types import (
+    Continuation,
+    ResponseRecord,
+    StoredResponse,
+    StoreError,
+)
 
 __all__ = [
     "FILE_NAME",

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .store_types import Continuation, ResponseRecord, StoredResponse
+from edge_server.api.responses.store_types import Continuation, ResponseRecord, StoredResponse
 
 _TOKEN = array("i").itemsize  # 4: every token id of llama.cpp is an int32
 

@@ -25,7 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from .store_codec import ChainRead, ChainRow, EncodedRecord, joined_turns
+from edge_server.api.responses.store_codec import ChainRead, ChainRow, EncodedRecord, joined_turns
 
 log = logging.getLogger(__name__)
 

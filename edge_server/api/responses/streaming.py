@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..http.errors import APIError
+from edge_server.api.http.errors import APIError
 
 
 def item_id(prefix: str) -> str:

@@ -9,13 +9,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...catalogue.pool import ModelPool
-from ...catalogue.spec import ModelSpec, UnknownModel
-from ...engine.backend import rpc_guard
-from ..http.auth import role_of
-from ..http.dependencies import pool
-from ..http.errors import model_not_found
-from ..http.memory_account import memory_account
+from edge_server.api.http.auth import role_of
+from edge_server.api.http.dependencies import pool
+from edge_server.api.http.errors import model_not_found
+from edge_server.api.http.memory_account import memory_account
+from edge_server.catalogue.pool import ModelPool
+from edge_server.catalogue.spec import ModelSpec, UnknownModel
+from edge_server.engine.backend import rpc_guard
 
 
 class ModelCard(BaseModel):

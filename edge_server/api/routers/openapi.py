@@ -20,38 +20,38 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ... import __version__
-from ..chat.protocol import ChatCompletionRequest, ChatCompletionResponse
-from ..completions.protocol import CompletionRequest, CompletionResponse
-from ..embeddings.protocol import EmbeddingRequest, EmbeddingResponse
-from ..http.errors import ErrorResponse
-from ..infill.protocol import InfillRequest, InfillResponse
-from ..messages.protocol import (
+from edge_server import __version__
+from edge_server.api.chat.protocol import ChatCompletionRequest, ChatCompletionResponse
+from edge_server.api.completions.protocol import CompletionRequest, CompletionResponse
+from edge_server.api.embeddings.protocol import EmbeddingRequest, EmbeddingResponse
+from edge_server.api.http.errors import ErrorResponse
+from edge_server.api.infill.protocol import InfillRequest, InfillResponse
+from edge_server.api.messages.protocol import (
     AnthropicErrorResponse,
     CountTokensRequest,
     CountTokensResponse,
     MessagesRequest,
     MessagesResponse,
 )
-from ..native.protocol import NativeCompletionRequest, NativeResult
-from ..ollama import protocol as ollama
-from ..rerank.protocol import RerankRequest, RerankResponse
-from ..responses.protocol import (
+from edge_server.api.native.protocol import NativeCompletionRequest, NativeResult
+from edge_server.api.ollama import protocol as ollama
+from edge_server.api.rerank.protocol import RerankRequest, RerankResponse
+from edge_server.api.responses.protocol import (
     DeletedResponse,
     InputItemList,
     ResponseObject,
     ResponsesRequest,
 )
-from .models import HealthResponse, ModelCard, ModelList
-from .props import PropsResponse
-from .slots import SlotList
-from .tokenize import (
+from edge_server.api.routers.models import HealthResponse, ModelCard, ModelList
+from edge_server.api.routers.props import PropsResponse
+from edge_server.api.routers.slots import SlotList
+from edge_server.api.routers.tokenize import (
     ApplyTemplateRequest,
     ApplyTemplateResponse,
     DetokenizeRequest,
     TokenizeRequest,
 )
-from .unprefixed import UNPREFIXED_PATHS, without_v1
+from edge_server.api.routers.unprefixed import UNPREFIXED_PATHS, without_v1
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ... import __version__
-from ...catalogue.default_model import DEFAULT_ALIAS
-from ...engine import Engine
-from ..common.llama_format import sampler_json
-from ..common.protocol import SamplingRequest
-from ..common.serving import sampling_params
-from ..http.dependencies import serve_on_get
+from edge_server import __version__
+from edge_server.api.common.llama_format import sampler_json
+from edge_server.api.common.protocol import SamplingRequest
+from edge_server.api.common.serving import sampling_params
+from edge_server.api.http.dependencies import serve_on_get
+from edge_server.catalogue.default_model import DEFAULT_ALIAS
+from edge_server.engine import Engine
 
 
 class Modalities(BaseModel):

@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...catalogue.default_model import DEFAULT_ALIAS
-from ...engine import Engine
-from ...engine.slot_view import SlotView
-from ..http.auth import role_of, tenant_of
-from ..http.dependencies import serve_on_get
-from ..http.errors import APIError
+from edge_server.api.http.auth import role_of, tenant_of
+from edge_server.api.http.dependencies import serve_on_get
+from edge_server.api.http.errors import APIError
+from edge_server.catalogue.default_model import DEFAULT_ALIAS
+from edge_server.engine import Engine
+from edge_server.engine.slot_view import SlotView
 
 
 class SlotProgress(BaseModel):

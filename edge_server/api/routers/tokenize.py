@@ -17,17 +17,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...catalogue.default_model import DEFAULT_ALIAS
-from ...engine import Engine
-from ...engine.chat_template import RenderedChat
-from ...engine.multimodal.projector import RgbImage
-from ..chat.prompt import chat_prompt, render_chat, shown_text
-from ..chat.protocol import ChatMessage, TemplateKwargs, Tool
-from ..common.image_fetch import with_image_urls
-from ..common.model_bounds import ModelBounds
-from ..common.prompt_bounds import check_prompt_bytes, check_token_count
-from ..http.dependencies import off_loop, parse_body, serve_with_model
-from ..http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
+from edge_server.api.chat.prompt import chat_prompt, render_chat, shown_text
+from edge_server.api.chat.protocol import ChatMessage, TemplateKwargs, Tool
+from edge_server.api.common.image_fetch import with_image_urls
+from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.common.prompt_bounds import check_prompt_bytes, check_token_count
+from edge_server.api.http.dependencies import off_loop, parse_body, serve_with_model
+from edge_server.api.http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
+from edge_server.catalogue.default_model import DEFAULT_ALIAS
+from edge_server.engine import Engine
+from edge_server.engine.chat_template import RenderedChat
+from edge_server.engine.multimodal.projector import RgbImage
 
 
 class ChatInput(BaseModel):

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..http.errors import APIError
+from edge_server.api.http.errors import APIError
 
 PREFIX = "/webui/"
 INDEX = "index.html"

@@ -27,8 +27,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf_tensors import TensorInfo, read_tensors
-from .rpc_devices import ggml
+from edge_server.engine.backend.gguf_tensors import TensorInfo, read_tensors
+from edge_server.engine.backend.rpc_devices import ggml
 
 AMX_REPACK, REPACK, PLAIN = "amx+repack", "repack", "plain"
 PATHS = (AMX_REPACK, REPACK, PLAIN)

@@ -27,7 +27,14 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from .cpu_kernels import AMX_REPACK, PATHS, PLAIN, REPACK, has_repackable, placement
+from edge_server.engine.backend.cpu_kernels import (
+    AMX_REPACK,
+    PATHS,
+    PLAIN,
+    REPACK,
+    has_repackable,
+    placement,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +132,7 @@ def _probe(path: Path, kernels: str) -> bool:
 
 
 def _main(model_path: str, kernels: str) -> int:
-    from .batch import DecodeBatch
+    from edge_server.engine.backend.batch import DecodeBatch
 
     lc.llama_backend_init()
     system_info = lc.llama_print_system_info().decode(errors="replace")

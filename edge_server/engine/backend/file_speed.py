@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch import DecodeBatch
-from .llama_model import ContextSettings, LlamaModel
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
 
 _CHUNK = 64  # prompt tokens of a client, and of a timed chunk
 _DECODED = 128  # tokens each client decodes

@@ -15,14 +15,19 @@ from pathlib import Path
 import llama_cpp as lc
 import numpy as np
 
-from . import rpc_guard
-from .batch import DecodeBatch
-from .context_size import bytes_per_cell, request_context
-from .cpu_kernels import PLAIN, placement
-from .cpu_probe import kernel_path
-from .memory_kind import ROLLBACK_TOKENS, MemoryKind, memory_kind
-from .rpc_devices import DeviceList, Endpoint, RpcError, local_accelerators
-from .runtime import init_backend, log_buffer_sizes, recording_buffers
+from edge_server.engine.backend import rpc_guard
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.context_size import bytes_per_cell, request_context
+from edge_server.engine.backend.cpu_kernels import PLAIN, placement
+from edge_server.engine.backend.cpu_probe import kernel_path
+from edge_server.engine.backend.memory_kind import ROLLBACK_TOKENS, MemoryKind, memory_kind
+from edge_server.engine.backend.rpc_devices import (
+    DeviceList,
+    Endpoint,
+    RpcError,
+    local_accelerators,
+)
+from edge_server.engine.backend.runtime import init_backend, log_buffer_sizes, recording_buffers
 
 log = logging.getLogger(__name__)
 

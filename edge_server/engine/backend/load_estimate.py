@@ -16,9 +16,9 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from .context_size import cell_bytes, request_context, stream_cells
-from .gguf_header import GGUFHeader
-from .llama_model import KV_CACHE_TYPES, ContextSettings
+from edge_server.engine.backend.context_size import cell_bytes, request_context, stream_cells
+from edge_server.engine.backend.gguf_header import GGUFHeader
+from edge_server.engine.backend.llama_model import KV_CACHE_TYPES, ContextSettings
 
 log = logging.getLogger(__name__)
 

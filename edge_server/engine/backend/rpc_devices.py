@@ -20,7 +20,7 @@ from pathlib import Path
 import llama_cpp as lc
 from llama_cpp._ctypes_extensions import load_shared_library
 
-from .runtime import init_backend
+from edge_server.engine.backend.runtime import init_backend
 
 MAX_SERVERS = 16  # GGML_RPC_MAX_SERVERS
 # ggml-rpc.cpp of the llama.cpp that llama-cpp-python 0.3.36 vendors: RPC_CMD_HELLO is

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .rpc_devices import Endpoint, ggml
+from edge_server.engine.backend.rpc_devices import Endpoint, ggml
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from .batch import DecodeBatch
-from .llama_model import LlamaModel
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.llama_model import LlamaModel
 
 log = logging.getLogger(__name__)
 

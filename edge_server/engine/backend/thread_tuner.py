@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .batch import DecodeBatch
-from .llama_model import LlamaModel
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.llama_model import LlamaModel
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import llama_cpp as lc
 import numpy as np
 
-from ..backend.batch import DecodeBatch
-from ..backend.context_size import bytes_per_cell
-from ..backend.llama_model import LlamaModel
-from ..backend.runtime import recording_buffers
-from ..errors import EngineError, EngineOverloaded
+from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.context_size import bytes_per_cell
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.backend.runtime import recording_buffers
+from edge_server.engine.errors import EngineError, EngineOverloaded
 
 log = logging.getLogger(__name__)
 

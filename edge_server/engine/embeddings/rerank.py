@@ -15,8 +15,8 @@ import re
 
 import llama_cpp as lc
 
-from ..backend.llama_model import LlamaModel
-from .embedder import EmbeddingsUnsupported
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.embeddings.embedder import EmbeddingsUnsupported
 
 _FIELDS = ("{query}", "{document}")
 

@@ -28,9 +28,14 @@ from llama_cpp.llama_grammar import (
     SchemaConverter,
 )
 
-from .limits import MAX_GBNF_REPEAT, SchemaError, check_grammar
-from .schema_cache import CACHE_BYTES, ByteBoundedCache, canonical_text, schema_key
-from .schema_check import ENFORCED_FORMATS, normalize, unenforced
+from edge_server.engine.grammar.limits import MAX_GBNF_REPEAT, SchemaError, check_grammar
+from edge_server.engine.grammar.schema_cache import (
+    CACHE_BYTES,
+    ByteBoundedCache,
+    canonical_text,
+    schema_key,
+)
+from edge_server.engine.grammar.schema_check import ENFORCED_FORMATS, normalize, unenforced
 
 __all__ = [
     "ANY_JSON_OBJECT",

@@ -13,8 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .limits import MAX_PATTERN_LENGTH, MAX_PATTERN_NESTING, MAX_PATTERN_REPEAT
-from .pattern_chars import PatternProblem, any_char, char_class, escape, literal
+from edge_server.engine.grammar.limits import (
+    MAX_PATTERN_LENGTH,
+    MAX_PATTERN_NESTING,
+    MAX_PATTERN_REPEAT,
+)
+from edge_server.engine.grammar.pattern_chars import (
+    PatternProblem,
+    any_char,
+    char_class,
+    escape,
+    literal,
+)
 
 __all__ = ["PatternProblem", "check_pattern"]
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .limits import (
+from edge_server.engine.grammar.limits import (
     MAX_ALTERNATIVES,
     MAX_ARRAY_ITEMS,
     MAX_DOCUMENT_DEPTH,
@@ -23,7 +23,7 @@ from .limits import (
     MAX_TUPLE_ITEMS,
     SchemaError,
 )
-from .pattern_check import PatternProblem, check_pattern
+from edge_server.engine.grammar.pattern_check import PatternProblem, check_pattern
 
 _TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
 _COUNTS = (("minLength", "maxLength", MAX_STRING_LENGTH), ("minItems", "maxItems", MAX_ARRAY_ITEMS))

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checkpoints import Checkpoint
+from edge_server.engine.kv.checkpoints import Checkpoint
 
 log = logging.getLogger(__name__)
 

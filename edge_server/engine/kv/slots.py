@@ -23,10 +23,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..backend.llama_model import LlamaModel
-from . import checkpoints
-from .checkpoints import Checkpoint
-from .prompt_store import PromptStore, StoredPrefix, common_prefix, pack, unpack
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.kv import checkpoints
+from edge_server.engine.kv.checkpoints import Checkpoint
+from edge_server.engine.kv.prompt_store import (
+    PromptStore,
+    StoredPrefix,
+    common_prefix,
+    pack,
+    unpack,
+)
 
 log = logging.getLogger(__name__)
 

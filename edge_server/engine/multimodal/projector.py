@@ -35,10 +35,10 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
-from ..backend.llama_model import LlamaModel
-from ..backend.runtime import forward_llama_log
-from .image_scope import note_prepared
-from .projector_check import ProjectorError, check_projector
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.backend.runtime import forward_llama_log
+from edge_server.engine.multimodal.image_scope import note_prepared
+from edge_server.engine.multimodal.projector_check import ProjectorError, check_projector
 
 log = logging.getLogger(__name__)
 

@@ -3,11 +3,18 @@
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .events import CallArguments, CallStart, Content, Event
-from .families import format_for_template, think_markers
-from .formats import FORCED, HERMES, LLAMA3, MISTRAL, TOOL_CALL_TOKEN, ToolCallFormat
-from .marked import LayoutParser
-from .parser import ToolCallParser
+from edge_server.api.chat.tool_parsers.events import CallArguments, CallStart, Content, Event
+from edge_server.api.chat.tool_parsers.families import format_for_template, think_markers
+from edge_server.api.chat.tool_parsers.formats import (
+    FORCED,
+    HERMES,
+    LLAMA3,
+    MISTRAL,
+    TOOL_CALL_TOKEN,
+    ToolCallFormat,
+)
+from edge_server.api.chat.tool_parsers.marked import LayoutParser
+from edge_server.api.chat.tool_parsers.parser import ToolCallParser
 
 CallParser = ToolCallParser | LayoutParser
 

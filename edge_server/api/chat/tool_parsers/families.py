@@ -10,8 +10,19 @@ more specific markers come first.
 
 from __future__ import annotations
 
-from .formats import HERMES, LLAMA3, MISTRAL, TOOL_CALL_TOKEN, ToolCallFormat
-from .layouts import NamedJson, Pythonic, XmlParameters, gemma_arguments
+from edge_server.api.chat.tool_parsers.formats import (
+    HERMES,
+    LLAMA3,
+    MISTRAL,
+    TOOL_CALL_TOKEN,
+    ToolCallFormat,
+)
+from edge_server.api.chat.tool_parsers.layouts import (
+    NamedJson,
+    Pythonic,
+    XmlParameters,
+    gemma_arguments,
+)
 
 _JSON_BLOCK = "[{call}]"
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .layouts import Layout
+from edge_server.api.chat.tool_parsers.layouts import Layout
 
 
 def openai_call_id() -> str:

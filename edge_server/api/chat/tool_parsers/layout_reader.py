@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import regex
 
-from .json_scan import WHITESPACE, JsonEnd
+from edge_server.api.chat.tool_parsers.json_scan import WHITESPACE, JsonEnd
 
 # A scalar value runs to what ends it in a block of calls.
 _SCALAR = regex.compile(r"[^\s,\]}<]*")

@@ -24,9 +24,15 @@ from typing import Any
 
 import regex
 
-from .json_scan import WHITESPACE
-from .layout_reader import Reader, Resume, Tail, compiled, json_value_end
-from .values import typed_value
+from edge_server.api.chat.tool_parsers.json_scan import WHITESPACE
+from edge_server.api.chat.tool_parsers.layout_reader import (
+    Reader,
+    Resume,
+    Tail,
+    compiled,
+    json_value_end,
+)
+from edge_server.api.chat.tool_parsers.values import typed_value
 
 
 @dataclass

@@ -22,10 +22,10 @@ from typing import Any
 
 import regex
 
-from .events import CallArguments, CallStart, Event, add_content
-from .formats import ToolCallFormat
-from .layout_reader import Resume, Tail
-from .layouts import Layout, Scan
+from edge_server.api.chat.tool_parsers.events import CallArguments, CallStart, Event, add_content
+from edge_server.api.chat.tool_parsers.formats import ToolCallFormat
+from edge_server.api.chat.tool_parsers.layout_reader import Resume, Tail
+from edge_server.api.chat.tool_parsers.layouts import Layout, Scan
 
 
 class LayoutParser:

@@ -15,8 +15,15 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 
-from .call import ARGS_MARKERS, ARGUMENT_KEYS, CALL_KEYS, NAME_CHARS, NAME_KEYS, Call
-from .events import (
+from edge_server.api.chat.tool_parsers.call import (
+    ARGS_MARKERS,
+    ARGUMENT_KEYS,
+    CALL_KEYS,
+    NAME_CHARS,
+    NAME_KEYS,
+    Call,
+)
+from edge_server.api.chat.tool_parsers.events import (
     CallArguments,
     CallStart,
     Event,
@@ -24,8 +31,14 @@ from .events import (
     marker_at,
     partial_marker,
 )
-from .formats import ToolCallFormat
-from .json_scan import WHITESPACE, CallObject, Member, RawValue, loads
+from edge_server.api.chat.tool_parsers.formats import ToolCallFormat
+from edge_server.api.chat.tool_parsers.json_scan import (
+    WHITESPACE,
+    CallObject,
+    Member,
+    RawValue,
+    loads,
+)
 
 # Parser states.
 _TEXT, _OPEN, _ITEM, _CALL, _NAMED, _NAMED_ARGS, _NEXT_ITEM, _AFTER = range(8)
