@@ -29,7 +29,7 @@ from edge_server.config import (
 )
 
 if TYPE_CHECKING:
-    from edge_server.api.responses.store import ResponseStore
+    from edge_server.api.openai.responses.store import ResponseStore
 
 log = logging.getLogger("edge_server")
 
@@ -58,7 +58,7 @@ def _specs(opts: ServeOptions, store: ModelStore):
     from edge_server.catalogue.budget import memory_budget_bytes
     from edge_server.catalogue.spec import ModelSpec
     from edge_server.engine import ContextSettings, EngineSettings, SchedulerSettings
-    from edge_server.engine.backend.rpc_devices import parse_endpoints
+    from edge_server.engine.backend.rpc.rpc_devices import parse_endpoints
     from edge_server.engine.multimodal.projector import ImageLimits
 
     rpc = parse_endpoints(opts.rpc)
@@ -144,7 +144,7 @@ def _response_store(opts: ServeOptions, models_dir: Path) -> ResponseStore | Non
     """The Responses store in --state-dir (default: the models directory), or None where
     its caps store nothing. A --state-dir that fails stops `serve` (StoreError); the
     models directory failing (read-only, say) leaves the server without a store."""
-    from edge_server.api.responses.store import FILE_NAME, ResponseStore, StoreError
+    from edge_server.api.openai.responses.store import FILE_NAME, ResponseStore, StoreError
 
     if min(opts.response_store_count, opts.response_store_mb, opts.response_store_days) <= 0:
         return None
@@ -190,14 +190,14 @@ def serve(opts: ServeOptions) -> int:
     import uvicorn
 
     from edge_server.api.app import create_app
-    from edge_server.api.http.cors import check_origin
+    from edge_server.api.http.guards.cors import check_origin
     from edge_server.api.http.metrics import Metrics
     from edge_server.api.http.replica import check_replica_name
     from edge_server.api.http.send_buffers import SendBuffers
-    from edge_server.api.responses.store import StoreError
+    from edge_server.api.openai.responses.store import StoreError
     from edge_server.catalogue.pool import ModelPool
-    from edge_server.engine.backend import rpc_guard
-    from edge_server.engine.backend.rpc_devices import RpcError, check_servers, parse_endpoints
+    from edge_server.engine.backend.rpc import rpc_guard
+    from edge_server.engine.backend.rpc.rpc_devices import RpcError, check_servers, parse_endpoints
     from edge_server.process.malloc_tuning import fix_mmap_threshold
     from edge_server.process.send_timeout import http_protocol
     from edge_server.process.shutdown import DrainingServer, exit_when_drained
@@ -395,7 +395,7 @@ def info(opts: ServeOptions) -> int:
     print(f"threads: {opts.threads or default_threads()} of {os.cpu_count()} cores")
     print(f"RPC: {'yes' if lc.llama_supports_rpc() else 'no (see docs/deployment.md)'}")
     if opts.rpc:
-        from edge_server.engine.backend.rpc_devices import (
+        from edge_server.engine.backend.rpc.rpc_devices import (
             RpcError,
             describe_servers,
             parse_endpoints,

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_common import free_port, rss_mib, start_edge_server  # noqa: E402
 
-from edge_server.engine.backend.rpc_devices import rpc_build_dir  # noqa: E402
+from edge_server.engine.backend.rpc.rpc_devices import rpc_build_dir  # noqa: E402
 
 PROMPT = "The history of the bicycle begins"
 

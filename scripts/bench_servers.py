@@ -114,7 +114,7 @@ def repack_flag() -> list[str]:
     import llama_cpp as lc
 
     from edge_server.catalogue.default_model import default_model_path
-    from edge_server.engine.backend.cpu_probe import extra_buffers_safe
+    from edge_server.engine.backend.cpu.cpu_probe import extra_buffers_safe
 
     info = lc.llama_print_system_info().decode(errors="replace")
     return [] if extra_buffers_safe(default_model_path(), "auto", info) else ["--no-repack"]

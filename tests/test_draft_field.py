@@ -12,10 +12,10 @@ import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer
 
-from edge_server.api.messages.protocol import MessagesRequest
-from edge_server.api.messages.translate import to_chat as messages_to_chat
-from edge_server.api.responses.protocol import ResponsesRequest
-from edge_server.api.responses.serving import to_chat as responses_to_chat
+from edge_server.api.anthropic.messages.protocol import MessagesRequest
+from edge_server.api.anthropic.messages.translate import to_chat as messages_to_chat
+from edge_server.api.openai.responses.protocol import ResponsesRequest
+from edge_server.api.openai.responses.serving import to_chat as responses_to_chat
 
 FORCED = 28  # a token id; logit_bias +100 makes it the only choice: lookups always hit
 LOOP = {"max_tokens": 24, "temperature": 0, "logit_bias": {str(FORCED): 100}}

@@ -14,7 +14,7 @@ import openai
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer
 
-from edge_server.api.embeddings.protocol import EmbeddingResponse
+from edge_server.api.openai.embeddings.protocol import EmbeddingResponse
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -172,7 +172,7 @@ def test_agrees_with_llama_cpp_python(client: openai.OpenAI,
     import llama_cpp.llama_cpp as low_level
 
     from edge_server.catalogue.default_conversion import served_default_model_path
-    from edge_server.engine.backend.cpu_probe import extra_buffers_safe
+    from edge_server.engine.backend.cpu.cpu_probe import extra_buffers_safe
 
     path = served_default_model_path()  # the file the server serves (the same cache)
     # Where llama.cpp's AMX kernels crash (the server probes this), the reference must

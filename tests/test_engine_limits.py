@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
-from edge_server.engine.jobs import choice_seed
+from edge_server.engine.sched.jobs import choice_seed
 
 
 def test_choice_seeds_are_distinct_and_never_random() -> None:

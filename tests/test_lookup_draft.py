@@ -19,7 +19,7 @@ from conftest import (
     stop_server,
 )
 
-from edge_server.engine.backend.step_cost import StepCost
+from edge_server.engine.backend.measure.step_cost import StepCost
 from edge_server.engine.sampling.lookup_draft import (
     STEP_COST_IN_ROWS,
     LookupDraft,

@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
-from edge_server.api.messages.blocks import Blocks
-from edge_server.api.messages.error_shape import anthropic_body
+from edge_server.api.anthropic.messages.blocks import Blocks
+from edge_server.api.anthropic.messages.error_shape import anthropic_body
 
 ADD_SCHEMA = {
     "type": "object",

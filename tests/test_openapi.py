@@ -14,7 +14,7 @@ from starlette.routing import Route
 from edge_server.api.app import create_app
 from edge_server.api.http.errors import ErrorResponse
 from edge_server.api.http.metrics import Metrics
-from edge_server.api.routers.openapi import OPERATIONS, build_openapi
+from edge_server.api.openapi import OPERATIONS, build_openapi
 from edge_server.catalogue.pool import ModelPool
 from edge_server.catalogue.spec import ModelSpec
 

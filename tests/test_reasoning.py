@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import RunningServer, start_server, stop_server
 
-from edge_server.api.chat.reasoning import ReasoningSplitter
+from edge_server.api.openai.chat.reasoning import ReasoningSplitter
 
 THINKING_TEMPLATE = (
     "{% if note %}{{ note }}\n{% endif %}"

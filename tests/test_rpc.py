@@ -30,7 +30,7 @@ from conftest import (
     verify_unit,
 )
 
-from edge_server.engine.backend.rpc_devices import (
+from edge_server.engine.backend.rpc.rpc_devices import (
     MAX_SERVERS,
     RpcError,
     parse_endpoints,

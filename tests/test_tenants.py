@@ -13,7 +13,7 @@ import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
-from edge_server.api.http.host_guard import host_name, is_loopback
+from edge_server.api.http.guards.host_guard import host_name, is_loopback
 
 KEY_A, KEY_B, ADMIN = "tenant-a-key", "tenant-b-key", "tenant-admin-key"
 OPENING = 16  # "Ledger N:" tokens every prompt here begins with

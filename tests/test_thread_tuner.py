@@ -14,7 +14,7 @@ from conftest import DEFAULT_MODEL, start_server, stop_server
 from edge_server.catalogue.default_model import default_model_path
 from edge_server.engine.backend.batch import DecodeBatch
 from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
-from edge_server.engine.backend.thread_tuner import (
+from edge_server.engine.backend.measure.thread_tuner import (
     EXPLORE_EVERY,
     ThreadTuner,
     candidate_counts,

@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from edge_server.api.chat.choice_output import ChoiceOutput, ToolMode
-from edge_server.api.chat.protocol import Tool
-from edge_server.api.chat.tool_parsers import (
+from edge_server.api.http.errors import APIError
+from edge_server.api.openai.chat.choice_output import ChoiceOutput, ToolMode
+from edge_server.api.openai.chat.protocol import Tool
+from edge_server.api.openai.chat.tool_parsers import (
     FORCED,
     HERMES,
     LLAMA3,
@@ -31,8 +32,7 @@ from edge_server.api.chat.tool_parsers import (
     ToolCallParser,
     format_for_template,
 )
-from edge_server.api.chat.tool_schema import call_grammar, call_schema
-from edge_server.api.http.errors import APIError
+from edge_server.api.openai.chat.tool_schema import call_grammar, call_schema
 
 NAMES = ("add", "get_weather")
 ADD = {"name": "add", "arguments": {"a": 1, "b": "x}\"{"}}

@@ -10,37 +10,37 @@ from collections.abc import AsyncIterator, Callable
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from edge_server.api.chat.api_router import routes as chat_routes
-from edge_server.api.completions.api_router import routes as completion_routes
-from edge_server.api.embeddings.api_router import routes as embedding_routes
-from edge_server.api.http.admission import Admission, AdmissionGate
-from edge_server.api.http.auth import APIKeyAuth
+from edge_server.api.anthropic.messages.api_router import routes as messages_routes
+from edge_server.api.anthropic.messages.error_shape import anthropic_body, is_messages_path
 from edge_server.api.http.body import BodyLimit
-from edge_server.api.http.cors import CrossOrigin
-from edge_server.api.http.draining import Drain, DrainGate
 from edge_server.api.http.error_reshape import ErrorReshaper
 from edge_server.api.http.errors import EXCEPTION_HANDLERS, ErrorBoundary
-from edge_server.api.http.host_guard import HostGuard
+from edge_server.api.http.guards.admission import Admission, AdmissionGate
+from edge_server.api.http.guards.auth import APIKeyAuth
+from edge_server.api.http.guards.cors import CrossOrigin
+from edge_server.api.http.guards.draining import Drain, DrainGate
+from edge_server.api.http.guards.host_guard import HostGuard
 from edge_server.api.http.metrics import Metrics, RequestCounter, metrics_route
 from edge_server.api.http.replica import ReplicaHeader
-from edge_server.api.infill.api_router import routes as infill_routes
-from edge_server.api.messages.api_router import routes as messages_routes
-from edge_server.api.messages.error_shape import anthropic_body, is_messages_path
-from edge_server.api.native.api_router import routes as native_routes
+from edge_server.api.llama_server.completion.api_router import routes as native_routes
+from edge_server.api.llama_server.infill.api_router import routes as infill_routes
+from edge_server.api.llama_server.props import routes as props_routes
+from edge_server.api.llama_server.rerank.api_router import routes as rerank_routes
+from edge_server.api.llama_server.slots import routes as slot_routes
+from edge_server.api.llama_server.tokenize import routes as tokenize_routes
 from edge_server.api.ollama.api_router import routes as ollama_routes
-from edge_server.api.ollama.blobs import PREFIX as OLLAMA_BLOBS
-from edge_server.api.ollama.blobs import remove_stale_uploads
 from edge_server.api.ollama.error_shape import is_ollama_path, ollama_error
-from edge_server.api.ollama.saved_models import SavedModels
-from edge_server.api.rerank.api_router import routes as rerank_routes
-from edge_server.api.responses.api_router import routes as response_routes
-from edge_server.api.responses.store import ResponseStore
-from edge_server.api.routers.models import routes as model_routes
-from edge_server.api.routers.openapi import openapi_route
-from edge_server.api.routers.props import routes as props_routes
-from edge_server.api.routers.slots import routes as slot_routes
-from edge_server.api.routers.tokenize import routes as tokenize_routes
-from edge_server.api.routers.unprefixed import unprefixed_routes
+from edge_server.api.ollama.management.blobs import PREFIX as OLLAMA_BLOBS
+from edge_server.api.ollama.management.blobs import remove_stale_uploads
+from edge_server.api.ollama.management.saved_models import SavedModels
+from edge_server.api.openai.chat.api_router import routes as chat_routes
+from edge_server.api.openai.completions.api_router import routes as completion_routes
+from edge_server.api.openai.embeddings.api_router import routes as embedding_routes
+from edge_server.api.openai.models import routes as model_routes
+from edge_server.api.openai.responses.api_router import routes as response_routes
+from edge_server.api.openai.responses.store import ResponseStore
+from edge_server.api.openapi import openapi_route
+from edge_server.api.unprefixed import unprefixed_routes
 from edge_server.api.webui import api_router as chat_page
 from edge_server.catalogue.pool import ModelPool
 from edge_server.catalogue.spec import ModelSpec

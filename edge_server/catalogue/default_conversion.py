@@ -105,9 +105,9 @@ def _faster(source: Path, converted: Path, repack: str) -> Path:
 def _measure(source: Path, converted: Path, repack: str, choices: Path, key: str) -> Path:
     import llama_cpp as lc
 
-    from edge_server.engine.backend.cpu_kernels import PLAIN
-    from edge_server.engine.backend.cpu_probe import kernel_path
-    from edge_server.engine.backend.file_speed import CLIENTS, time_files
+    from edge_server.engine.backend.cpu.cpu_kernels import PLAIN
+    from edge_server.engine.backend.cpu.cpu_probe import kernel_path
+    from edge_server.engine.backend.measure.file_speed import CLIENTS, time_files
 
     started = time.monotonic()
     times = time_files([source, converted], repack)

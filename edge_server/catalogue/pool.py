@@ -23,7 +23,7 @@ from edge_server.catalogue.budget import Budget
 from edge_server.catalogue.names import ModelNames
 from edge_server.catalogue.spec import ModelSpec
 from edge_server.engine import Engine
-from edge_server.engine.scheduler import JobStats
+from edge_server.engine.sched.scheduler import JobStats
 
 log = logging.getLogger(__name__)
 

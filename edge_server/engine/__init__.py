@@ -1,14 +1,17 @@
 """The inference engine: continuous batching over one llama.cpp context. It knows no HTTP.
 
-The scheduler core sits at this level: `engine` (one served model behind one object),
-`scheduler` (the step loop), `delivery` (when a step's tokens go to the callers),
-`seating` (where a request's sequences start), `step_batch` (one step's rows),
-`image_prefill`, `jobs`, `waiting` (the queue), `request` (the whole
+At this level: `engine` (one served model behind one object), `request` (the whole
 interface to callers: requests, handles, deltas), `text_stream` (stop strings, UTF-8),
-`chat_template` and `errors`.
+`chat_template` with `template_env` (the GGUF's Jinja template) and `errors`.
+`sched/` is the step loop: `scheduler` (one step as a list of verbs), `waiting` (the
+queue), `seating` (where a request's sequences start), `step_batch` (one step's rows),
+`decode_groups`, `image_prefill`, `jobs`, `delivery` (when a step's tokens go to the
+callers) and `slot_view` (what /slots reads).
 
 Each sub-package owns one concern, layered (import-linter contracts in pyproject.toml):
-    scheduler core (this level)
+    engine
+    sched
+    request, text_stream, chat_template, template_env
     embeddings | multimodal | kv | sampling
     grammar | backend | errors
 A lower layer never imports a higher one; siblings never import each other.
@@ -20,7 +23,7 @@ from edge_server.engine.engine import Engine, EngineSettings
 from edge_server.engine.errors import EngineError, EngineOverloaded
 from edge_server.engine.request import ChoiceDelta, FinishReason, GenerationRequest, Usage
 from edge_server.engine.sampling.chain import SamplingParams
-from edge_server.engine.scheduler import SchedulerSettings
+from edge_server.engine.sched.scheduler import SchedulerSettings
 
 __all__ = [
     "ChoiceDelta",

@@ -166,7 +166,7 @@ class ChatTemplate:
         self.eos_token = eos_token
         self._control = literal_pattern(control_texts)
         # A template that mentions tools in any form (`tools`, `xml_tools`, …) lays them
-        # out itself; the others get a generic tool prompt (api/chat/tools.py).
+        # out itself; the others get a generic tool prompt (api/openai/chat/tools.py).
         self.renders_tools = re.search(r"tools\b", source) is not None
         # Templates that never mention a message's name drop it; we then prefix it.
         self.renders_names = re.search(r"""\.name\b|\[\s*['"]name['"]\s*\]""", source) is not None

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from edge_server.engine.backend import rpc_guard
 from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel, ModelLoadError
-from edge_server.engine.backend.step_cost import cost_file
+from edge_server.engine.backend.measure.step_cost import cost_file
+from edge_server.engine.backend.rpc import rpc_guard
 from edge_server.engine.chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
 from edge_server.engine.embeddings.embedder import (
     Embedder,
@@ -29,8 +29,8 @@ from edge_server.engine.kv.prompt_store import PromptStore, StoredPrefix, load_e
 from edge_server.engine.multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
 from edge_server.engine.multimodal.projector_check import ProjectorError
 from edge_server.engine.request import GenerationRequest, ImageSpan, RequestHandle
-from edge_server.engine.scheduler import STOP_TIMEOUT, Scheduler, SchedulerSettings
-from edge_server.engine.slot_view import SlotView, slot_views
+from edge_server.engine.sched.scheduler import STOP_TIMEOUT, Scheduler, SchedulerSettings
+from edge_server.engine.sched.slot_view import SlotView, slot_views
 
 log = logging.getLogger(__name__)
 

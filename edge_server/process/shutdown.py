@@ -17,7 +17,7 @@ from types import FrameType
 
 import uvicorn
 
-from edge_server.api.http.draining import Drain
+from edge_server.api.http.guards.draining import Drain
 
 log = logging.getLogger("edge_server")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from edge_server.engine.decode_groups import MIN_GAIN, DecodeGroups
+from edge_server.engine.sched.decode_groups import MIN_GAIN, DecodeGroups
 from tests.conftest import DEFAULT_MODEL, start_server, stop_server
 
 # Milliseconds of a step of 1..8 one-row sequences: a Qwen2.5-1.5B-shaped Q4_K_M model

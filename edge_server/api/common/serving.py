@@ -29,8 +29,8 @@ from edge_server.api.common.protocol import (
     SamplingRequest,
     UsageInfo,
 )
-from edge_server.api.http.auth import tenant_of
 from edge_server.api.http.errors import APIError, from_engine_error, invalid
+from edge_server.api.http.guards.auth import tenant_of
 from edge_server.api.http.read_ahead import ReadAheadStream
 from edge_server.engine import (
     ChoiceDelta,

@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from edge_server.api.http.auth import require_admin, role_of
 from edge_server.api.http.body import parse_json_object
 from edge_server.api.http.errors import APIError, from_validation_error, model_not_found
-from edge_server.api.http.hold import RequestHold, hold_of
+from edge_server.api.http.guards.auth import require_admin, role_of
+from edge_server.api.http.guards.hold import RequestHold, hold_of
 from edge_server.api.http.read_ahead import ReadAheadStream
 from edge_server.catalogue.pool import Lease, ModelPool, ModelUnavailable
 from edge_server.catalogue.spec import UnknownModel

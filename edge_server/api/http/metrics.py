@@ -18,13 +18,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from edge_server.api.http.admission import Admission
-from edge_server.api.http.auth import require_admin
-from edge_server.api.http.draining import Drain
+from edge_server.api.http.guards.admission import Admission
+from edge_server.api.http.guards.auth import require_admin
+from edge_server.api.http.guards.draining import Drain
 from edge_server.api.http.memory_account import memory_account
 from edge_server.api.http.send_buffers import SendBuffers
 from edge_server.catalogue.pool import ModelPool
-from edge_server.engine.scheduler import JobStats
+from edge_server.engine.sched.scheduler import JobStats
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 _TOKEN_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)

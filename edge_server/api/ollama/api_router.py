@@ -9,11 +9,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edge_server.api.http.auth import require_admin, role_of
 from edge_server.api.http.dependencies import acquire, parse_body, pool, serve_with_model
-from edge_server.api.ollama import blobs, models, names, profiles
-from edge_server.api.ollama.create import create
+from edge_server.api.http.guards.auth import require_admin, role_of
+from edge_server.api.ollama import names, profiles
 from edge_server.api.ollama.embed import EmbedServing
+from edge_server.api.ollama.management import blobs, models
+from edge_server.api.ollama.management.create import create
+from edge_server.api.ollama.management.pull import pull
+from edge_server.api.ollama.management.saved_models import Profile, SavedModels
 from edge_server.api.ollama.options import keep_alive_seconds
 from edge_server.api.ollama.protocol import (
     ChatRequest,
@@ -21,8 +24,6 @@ from edge_server.api.ollama.protocol import (
     EmbedRequest,
     GenerateRequest,
 )
-from edge_server.api.ollama.pull import pull
-from edge_server.api.ollama.saved_models import Profile, SavedModels
 from edge_server.api.ollama.serving import OllamaServing
 from edge_server.api.ollama.streaming import Clock, created_at
 from edge_server.catalogue.pool import ModelPool

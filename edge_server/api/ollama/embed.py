@@ -9,12 +9,12 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from edge_server.api.embeddings.protocol import EmbeddingRequest
-from edge_server.api.embeddings.serving import embed
 from edge_server.api.http.errors import APIError, from_validation_error
 from edge_server.api.ollama import options as opts
 from edge_server.api.ollama.protocol import EmbeddingsRequest, EmbedRequest
 from edge_server.api.ollama.streaming import Clock
+from edge_server.api.openai.embeddings.protocol import EmbeddingRequest
+from edge_server.api.openai.embeddings.serving import embed
 from edge_server.engine import Engine
 
 

@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edge_server.api.chat.protocol import FunctionDef
 from edge_server.api.http.limits import (
     MAX_IMAGES,
     MAX_MESSAGES,
@@ -18,6 +17,7 @@ from edge_server.api.http.limits import (
     MAX_TOOL_CALLS,
     MAX_TOOLS,
 )
+from edge_server.api.openai.chat.protocol import FunctionDef
 
 _STRICT = ConfigDict(extra="forbid")
 MAX_EMBED_INPUTS = 2048  # as /v1/embeddings

@@ -13,10 +13,6 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from edge_server.api.chat.choice_output import ChoiceOutput
-from edge_server.api.chat.prompt import ChatPrompt, MakePrompt, PromptRender, chat_prompt
-from edge_server.api.chat.protocol import ChatMessage
-from edge_server.api.chat.serving import prepare as prepare_chat_completion
 from edge_server.api.common.model_bounds import ModelBounds
 from edge_server.api.common.protocol import SamplingRequest
 from edge_server.api.common.serving import (
@@ -40,6 +36,10 @@ from edge_server.api.ollama.translate import (
     response_format,
     text_prompt,
 )
+from edge_server.api.openai.chat.choice_output import ChoiceOutput
+from edge_server.api.openai.chat.prompt import ChatPrompt, MakePrompt, PromptRender, chat_prompt
+from edge_server.api.openai.chat.protocol import ChatMessage
+from edge_server.api.openai.chat.serving import prepare as prepare_chat_completion
 from edge_server.engine import Engine, GenerationRequest
 from edge_server.engine.request import ImageSpan, RequestHandle
 

@@ -14,22 +14,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from edge_server.api.chat.protocol import (
-    ChatCompletionRequest,
-    ChatMessage,
-    ContentPart,
-    FunctionCall,
-)
-from edge_server.api.chat.protocol import ToolCall as ChatToolCall
 from edge_server.api.common.prompt_bounds import (
     check_prompt_bytes,
     prompt_size_limit,
     rendered_too_long,
 )
-from edge_server.api.completions.serving import fill_in_the_middle
 from edge_server.api.http.errors import APIError, invalid
 from edge_server.api.ollama.options import Sampling
 from edge_server.api.ollama.protocol import ChatRequest, GenerateRequest, Message
+from edge_server.api.openai.chat.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    ContentPart,
+    FunctionCall,
+)
+from edge_server.api.openai.chat.protocol import ToolCall as ChatToolCall
+from edge_server.api.openai.completions.serving import fill_in_the_middle
 from edge_server.engine import Engine
 from edge_server.engine.chat_template import TemplateTooLong, joined_within
 

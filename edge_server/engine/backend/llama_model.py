@@ -15,13 +15,13 @@ from pathlib import Path
 import llama_cpp as lc
 import numpy as np
 
-from edge_server.engine.backend import rpc_guard
 from edge_server.engine.backend.batch import DecodeBatch
 from edge_server.engine.backend.context_size import bytes_per_cell, request_context
-from edge_server.engine.backend.cpu_kernels import PLAIN, placement
-from edge_server.engine.backend.cpu_probe import kernel_path
+from edge_server.engine.backend.cpu.cpu_kernels import PLAIN, placement
+from edge_server.engine.backend.cpu.cpu_probe import kernel_path
 from edge_server.engine.backend.memory_kind import ROLLBACK_TOKENS, MemoryKind, memory_kind
-from edge_server.engine.backend.rpc_devices import (
+from edge_server.engine.backend.rpc import rpc_guard
+from edge_server.engine.backend.rpc.rpc_devices import (
     DeviceList,
     Endpoint,
     RpcError,

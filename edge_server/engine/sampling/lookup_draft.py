@@ -20,7 +20,7 @@ depths whose steps were timed (1, 3, 7 and 15 on the CPU: 16 rows fill one block
 llama.cpp's Q4_K kernel), the one with the most tokens expected per unit of decode time.
 
 The cost of a step is measured once per model, llama.cpp build and CPU and then read
-from disk (backend/step_cost.py), not timed as steps run: the depth shapes the batch,
+from disk (backend/measure/step_cost.py), not timed as steps run: the depth shapes the batch,
 the shape changes llama.cpp's numerics in the last bits, and a choice made from live
 timings would let the same seed write a different text on a second run.
 

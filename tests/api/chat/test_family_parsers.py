@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from conftest import llama_sources
 
-from edge_server.api.chat.choice_output import ChoiceOutput, ToolMode
-from edge_server.api.chat.family_grammar import family_call_grammar, literal
-from edge_server.api.chat.protocol import Tool
-from edge_server.api.chat.tool_parsers import (
+from edge_server.api.openai.chat.choice_output import ChoiceOutput, ToolMode
+from edge_server.api.openai.chat.family_grammar import family_call_grammar, literal
+from edge_server.api.openai.chat.protocol import Tool
+from edge_server.api.openai.chat.tool_parsers import (
     CallArguments,
     CallStart,
     Content,
@@ -23,7 +23,7 @@ from edge_server.api.chat.tool_parsers import (
     format_for_template,
     think_markers,
 )
-from edge_server.api.chat.tool_schema import call_grammar
+from edge_server.api.openai.chat.tool_schema import call_grammar
 
 EXAMPLES = json.loads((Path(__file__).parent / "tool_call_examples.json").read_text())
 CASES = EXAMPLES["cases"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_family_parsers import CASES, check, read
 
-from edge_server.api.chat.tool_parsers import (
+from edge_server.api.openai.chat.tool_parsers import (
     HERMES,
     CallArguments,
     CallStart,
@@ -23,7 +23,7 @@ from edge_server.api.chat.tool_parsers import (
     ToolCallFormat,
     call_parser,
 )
-from edge_server.api.chat.tool_parsers import families as f
+from edge_server.api.openai.chat.tool_parsers import families as f
 
 PIECE = 4
 _TEXT = 'Some code: if (a[i] == "x") { b = {"k": [1, 2]}; } // \\ done\n'

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from conftest import llama_sources
 
-from edge_server.api.chat import tools as tooling
-from edge_server.api.chat.prompt import template_messages, template_variables
-from edge_server.api.chat.protocol import ChatCompletionRequest
+from edge_server.api.openai.chat import tools as tooling
+from edge_server.api.openai.chat.prompt import template_messages, template_variables
+from edge_server.api.openai.chat.protocol import ChatCompletionRequest
 from edge_server.engine.chat_template import ChatTemplate, TemplateError
 
 chat_template_utils = pytest.importorskip("transformers.utils.chat_template_utils")

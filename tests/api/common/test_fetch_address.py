@@ -1,4 +1,4 @@
-"""The SSRF filter of image fetches (edge_server/api/common/fetch_address.py): each
+"""The SSRF filter of image fetches (edge_server/api/common/image_input/fetch_address.py): each
 range it denies and allows, with and without an operator's allowed network. Pure
 address arithmetic, so judged directly; the whole path (a redirect to such an address
 refused by name) is in test_url_fetch.py."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_server.api.common.fetch_address import carried, fetch_allowed, networks
+from edge_server.api.common.image_input.fetch_address import carried, fetch_allowed, networks
 
 
 @pytest.mark.parametrize("address", [

@@ -23,7 +23,7 @@ from test_image_urls import RELEASE, Origin
 from test_images import chat, png_url
 
 DEADLINE_S = 5  # --image-url-timeout of the server whose origin trickles
-FETCH_THREADS = 4  # edge_server.api.common.image_fetch.FETCH_THREADS
+FETCH_THREADS = 4  # edge_server.api.common.image_input.image_fetch.FETCH_THREADS
 PARAM = "messages[0].content[0].image_url.url"
 CUT_OFF: list[float] = []  # seconds each trickled connection lasted, as the origin saw
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import ROOT, RunningServer, start_server, stop_server
 
-from edge_server.api.http.cors import check_origin
+from edge_server.api.http.guards.cors import check_origin
 
 CHROME = "chrome-extension://abcdefghijklmnopabcdefghijklmnop"
 FIREFOX = "moz-extension://0c2d4c4e-6c39-4b3b-9a5e-2f1f8e4f2a11"

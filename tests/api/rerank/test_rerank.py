@@ -17,7 +17,7 @@ import httpx
 import pytest
 from conftest import ROOT, RunningServer, start_server, stop_server, write_test_reranker
 
-from edge_server.api.rerank.protocol import MAX_RERANK_DOCUMENTS, RerankResponse
+from edge_server.api.llama_server.rerank.protocol import MAX_RERANK_DOCUMENTS, RerankResponse
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [

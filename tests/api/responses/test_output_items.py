@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from edge_server.api.responses.streaming import OutputItems
+from edge_server.api.openai.responses.streaming import OutputItems
 
 FRAGMENTS = 40_000
 FRAGMENT = '"abcdefghijklmnopqrstuvwxyz0123456789",'  # 2 MB of arguments in all

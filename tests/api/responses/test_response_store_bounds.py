@@ -18,7 +18,7 @@ import httpx
 import pytest
 from conftest import DEFAULT_MODEL, ROOT, start_server, stop_server
 
-from edge_server.api.responses.store import (
+from edge_server.api.openai.responses.store import (
     Continuation,
     ResponseRecord,
     ResponseStore,
@@ -161,7 +161,7 @@ def test_serve_without_a_writable_store_place_starts_stateless(tmp_path: Path) -
 _OPEN_TOGETHER = """
 import sys, time
 from pathlib import Path
-from edge_server.api.responses.store import ResponseStore
+from edge_server.api.openai.responses.store import ResponseStore
 start = float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))
 ResponseStore(Path(sys.argv[1]), max_count=10, max_bytes=1 << 20, max_age_s=60.0)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_response_store_bounds import open_store, record, response, run
 
-from edge_server.api.responses.store import ResponseStore, StoredResponse, StoreError
+from edge_server.api.openai.responses.store import ResponseStore, StoredResponse, StoreError
 
 
 def chain(store: ResponseStore, n: int, tenant: str = "", text: str = "turn",

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from edge_server.catalogue.default_model import default_model_path
-from edge_server.engine.backend import cpu_probe
 from edge_server.engine.backend.batch import DecodeBatch
-from edge_server.engine.backend.cpu_kernels import (
+from edge_server.engine.backend.cpu import cpu_probe
+from edge_server.engine.backend.cpu.cpu_kernels import (
     AMX_REPACK,
     PATHS,
     PLAIN,
@@ -25,7 +25,7 @@ from edge_server.engine.backend.cpu_kernels import (
     placement,
     repackable,
 )
-from edge_server.engine.backend.cpu_probe import kernel_path
+from edge_server.engine.backend.cpu.cpu_probe import kernel_path
 from edge_server.engine.backend.gguf_tensors import TensorInfo, read_tensors
 from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel
 from edge_server.engine.backend.runtime import init_backend

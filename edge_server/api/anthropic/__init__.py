@@ -1,0 +1,1 @@
+"""Anthropic's protocol: Messages (/v1/messages) and token counting."""

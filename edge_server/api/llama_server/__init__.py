@@ -1,0 +1,2 @@
+"""llama-server's own routes: /completion, /infill, /rerank, /props, /slots,
+/tokenize, /detokenize and /apply-template."""

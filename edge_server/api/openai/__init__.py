@@ -1,0 +1,1 @@
+"""OpenAI's protocol: chat completions, completions, Responses, embeddings and models."""

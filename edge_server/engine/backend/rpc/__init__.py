@@ -1,0 +1,1 @@
+"""llama.cpp's RPC backend: remote devices named by `--rpc`, checked before use."""
