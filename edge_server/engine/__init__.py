@@ -23,7 +23,7 @@ from edge_server.engine.engine import Engine, EngineSettings
 from edge_server.engine.errors import EngineError, EngineOverloaded
 from edge_server.engine.request import ChoiceDelta, FinishReason, GenerationRequest, Usage
 from edge_server.engine.sampling.chain import SamplingParams
-from edge_server.engine.sched.scheduler import SchedulerSettings
+from edge_server.engine.sched.settings import SchedulerSettings
 
 __all__ = [
     "ChoiceDelta",

@@ -26,11 +26,13 @@ from edge_server.engine.embeddings.embedder import (
 from edge_server.engine.embeddings.rerank import PairLayout
 from edge_server.engine.errors import EngineError
 from edge_server.engine.kv.prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
-from edge_server.engine.multimodal.projector import ImageChunk, ImageLimits, Projector, RgbImage
+from edge_server.engine.multimodal.projector import ImageLimits, Projector, RgbImage
 from edge_server.engine.multimodal.projector_check import ProjectorError
-from edge_server.engine.request import GenerationRequest, ImageSpan, RequestHandle
-from edge_server.engine.sched.scheduler import STOP_TIMEOUT, Scheduler, SchedulerSettings
-from edge_server.engine.sched.slot_view import SlotView, slot_views
+from edge_server.engine.prompt_tokens import PromptTokens, chat_text_tokens
+from edge_server.engine.request import GenerationRequest, RequestHandle
+from edge_server.engine.sched.scheduler import STOP_TIMEOUT, Scheduler
+from edge_server.engine.sched.settings import SchedulerSettings
+from edge_server.engine.sched.slot_view import SlotView, engine_counts, slot_views
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +50,6 @@ class EngineSettings:
     # A prompt that outgrows the context: "disabled" (refused) or "auto" (cut to fit by
     # the API layer, api/common/truncation.py); requests may choose otherwise.
     truncation: str = "disabled"
-
-
-@dataclass
-class PromptTokens:
-    tokens: list[int] = field(default_factory=list)
-    images: list[ImageSpan] = field(default_factory=list)
-
-    def add_text(self, tokens: list[int]) -> None:
-        self.tokens += tokens
-
-    def add_image(self, pieces: list[list[int] | ImageChunk]) -> None:
-        """An image as the projector lays it out: its own marker tokens and the image."""
-        for piece in pieces:
-            if isinstance(piece, ImageChunk):
-                self.images.append(ImageSpan(len(self.tokens), piece))
-                self.tokens += piece.placeholders
-            else:
-                self.tokens += piece
 
 
 def _rpc_error(reason: str) -> EngineError:
@@ -237,17 +221,7 @@ class Engine:
         return self._chat_text_tokens(rendered.text, rendered.literals)
 
     def _chat_text_tokens(self, text: str, literals: dict[str, str]) -> list[int]:
-        if not literals:
-            return self.vocab.tokenize(text, add_special=False, parse_special=True)
-        tokens: list[int] = []
-        sentinels = "[" + "".join(literals) + "]"
-        for piece in re.split(f"({sentinels})", text):
-            if piece in literals:
-                tokens += self.vocab.tokenize(literals[piece], add_special=False,
-                                              parse_special=False)
-            elif piece:
-                tokens += self.vocab.tokenize(piece, add_special=False, parse_special=True)
-        return tokens
+        return chat_text_tokens(self.vocab, text, literals)
 
     def tokenize_chat_images(self, rendered: RenderedChat,
                              images: dict[str, RgbImage]) -> PromptTokens:
@@ -363,7 +337,7 @@ class Engine:
             extra["images_encoded"] = self.projector.images_encoded
             extra["image_encodes_skipped"] = self.projector.encodes_skipped
             extra["images_prepared"] = self.projector.prepared  # held by unfinished requests
-        return {**self.scheduler.stats(), **extra}
+        return {**engine_counts(self.scheduler), **extra}
 
     def stalled_for(self) -> float:
         """Seconds the current engine step (generation or embedding) has run."""

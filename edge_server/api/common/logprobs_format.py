@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.backend.vocab import Vocab
 from edge_server.engine.sampling.logprobs import TokenLogprob
 
 

@@ -24,7 +24,7 @@ from edge_server.api.common.serving import EngineStream
 from edge_server.api.http.errors import APIError
 from edge_server.api.openai.chat.choice_output import ChoiceOutput
 from edge_server.engine import ChoiceDelta, Usage
-from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.backend.vocab import Vocab
 from edge_server.engine.request import RequestHandle
 
 NDJSON = "application/x-ndjson"

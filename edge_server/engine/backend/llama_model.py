@@ -1,4 +1,4 @@
-"""One GGUF model loaded into one llama.cpp context, and its vocabulary.
+"""One GGUF model loaded into one llama.cpp context (its vocabulary: vocab.py).
 
 Everything that touches llama.cpp's model, vocabulary or context objects directly lives
 here or in `batch.py` / `sampling.py`; the scheduler only calls these wrappers.
@@ -9,17 +9,22 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as lc
 import numpy as np
 
 from edge_server.engine.backend.batch import DecodeBatch
+from edge_server.engine.backend.context_settings import (
+    KV_CACHE_TYPES,
+    ContextSettings,
+    ModelLoadError,
+    kv_flash_attn,
+)
 from edge_server.engine.backend.context_size import bytes_per_cell, request_context
 from edge_server.engine.backend.cpu.cpu_kernels import PLAIN, placement
 from edge_server.engine.backend.cpu.cpu_probe import kernel_path
-from edge_server.engine.backend.memory_kind import ROLLBACK_TOKENS, MemoryKind, memory_kind
+from edge_server.engine.backend.memory_kind import MemoryKind, memory_kind
 from edge_server.engine.backend.rpc import rpc_guard
 from edge_server.engine.backend.rpc.rpc_devices import (
     DeviceList,
@@ -28,71 +33,13 @@ from edge_server.engine.backend.rpc.rpc_devices import (
     local_accelerators,
 )
 from edge_server.engine.backend.runtime import init_backend, log_buffer_sizes, recording_buffers
+from edge_server.engine.backend.vocab import Vocab
 
 log = logging.getLogger(__name__)
 
-
-class ModelLoadError(RuntimeError):
-    """The file is missing, unreadable or not a GGUF model llama.cpp can load."""
-
-
-@dataclass(frozen=True)
-class ContextSettings:
-    # Tokens one request may use (prompt plus answer): the cells of each sequence's KV
-    # stream; 0: the training context, as far as kv_budget_bytes allows (context_size).
-    n_ctx: int = 0
-    n_seq_max: int = 4  # sequences (slots) decoded together, each with a KV stream
-    kv_budget_bytes: int = 0  # memory budget the default context is sized from; 0: none
-    n_batch: int = 512  # tokens per llama_decode call
-    n_threads: int = 0  # 0: one per CPU core
-    n_gpu_layers: int = -1  # -1: offload every layer where a GPU backend exists
-    repack: str = "auto"  # CPU extra buffers (AMX/AVX repacked weights): auto, on, off
-    flash_attn: str = "auto"  # auto (see flash_attn_type), on, off
-    rpc: tuple[Endpoint, ...] = ()  # llama.cpp RPC servers that hold layers too
-    cache_type_k: str = "f16"  # KV cache element types (KV_CACHE_TYPES)
-    cache_type_v: str = "f16"
-    # Tokens of a sequence's last decode its recurrent state may be rolled back by, where
-    # the architecture allows it (llama.cpp's n_rs_seq; memory_kind.py); 0: never.
-    rollback: int = ROLLBACK_TOKENS
-
-
-# llama-server's --cache-type-k / --cache-type-v choices, as ggml type ids.
-KV_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3,
-                  "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
-_UNQUANTIZED = ("f32", "f16", "bf16")
-
-
-def kv_flash_attn(settings: ContextSettings) -> int:
-    """flash_attn_type for the settings: llama.cpp stores a quantized V cache only with
-    flash attention, so it is turned on for one, and `--flash-attn off` with one is a
-    clear refusal rather than a failed context."""
-    for name in (settings.cache_type_k, settings.cache_type_v):
-        if name not in KV_CACHE_TYPES:
-            raise ModelLoadError(f"unknown KV cache type {name!r}; one of "
-                                 f"{', '.join(KV_CACHE_TYPES)}")
-    if settings.cache_type_v in _UNQUANTIZED:
-        return flash_attn_type(settings.flash_attn)
-    if settings.flash_attn == "off":
-        raise ModelLoadError(f"a quantized V cache ({settings.cache_type_v}) needs flash "
-                             "attention, and --flash-attn is off; turn it on (or auto), or "
-                             "keep --cache-type-v f16")
-    return int(lc.LLAMA_FLASH_ATTN_TYPE_ENABLED)
-
-
-def flash_attn_type(setting: str) -> int:
-    """llama.cpp's flash-attention mode; `auto` lets llama.cpp decide, as llama-server
-    does (on wherever the backend has the kernel, which CPU builds have). Measured here
-    with this llama.cpp, SmolLM2 (64-wide heads), AVX-512: 14-16% more tokens/s at 8
-    clients, 17-20% faster 2,000-token prompts, a shared-prefix burst 10% faster. An
-    earlier build's kernel was slower on batches spanning several KV streams, which is
-    why it was once off for narrow heads."""
-    if setting == "on":
-        return int(lc.LLAMA_FLASH_ATTN_TYPE_ENABLED)
-    if setting == "off":
-        return int(lc.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-    if not lc.llama_supports_gpu_offload():  # llama.cpp's own choice, known in advance
-        return int(lc.LLAMA_FLASH_ATTN_TYPE_ENABLED)
-    return int(lc.LLAMA_FLASH_ATTN_TYPE_AUTO)
+# The settings are defined beside their checks (context_settings.py); callers import them
+# with the model they configure.
+__all__ = ["KV_CACHE_TYPES", "ContextSettings", "LlamaModel", "ModelLoadError", "default_threads"]
 
 
 def _has_gpu() -> bool:
@@ -105,76 +52,6 @@ def _has_gpu() -> bool:
 
 def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
-
-
-class Vocab:
-    """Tokenizer and token metadata of a loaded model, with per-token pieces cached."""
-
-    def __init__(self, vocab_ptr: lc.llama_vocab_p) -> None:
-        self.ptr = vocab_ptr
-        self.n_tokens: int = lc.llama_vocab_n_tokens(vocab_ptr)
-        self.bos: int = lc.llama_vocab_bos(vocab_ptr)
-        self.eos: int = lc.llama_vocab_eos(vocab_ptr)
-        self.add_bos: bool = bool(lc.llama_vocab_get_add_bos(vocab_ptr))
-        # Pieces as bytes: a token may hold part of a UTF-8 character.
-        self.pieces: list[bytes] = [self._piece(t, special=False) for t in range(self.n_tokens)]
-        # The texts of control tokens (`<|python_tag|>`, `[TOOL_CALLS]`, `<|im_end|>` …):
-        # llama.cpp renders them only when asked, and tokenizes them only with
-        # parse_special (it gates CONTROL and UNKNOWN tokens alike).
-        gated = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
-        control = {t: self._piece(t, special=True) for t in range(self.n_tokens)
-                   if lc.llama_vocab_get_attr(vocab_ptr, t) & gated}
-        self.control_texts: tuple[str, ...] = tuple(
-            text.decode("utf-8", errors="replace") for text in control.values() if text)
-        # `pieces` with control tokens rendered: the text that tool-call and reasoning
-        # parsers read (a request's `render_control`). The same objects where they agree.
-        self.marked_pieces: list[bytes] = list(self.pieces)
-        for token, text in control.items():
-            self.marked_pieces[token] = text
-        self.is_eog = np.array(
-            [bool(lc.llama_vocab_is_eog(vocab_ptr, t)) for t in range(self.n_tokens)], dtype=bool
-        )
-        self.eog_tokens: list[int] = [int(t) for t in np.flatnonzero(self.is_eog)]
-        self.fim = {
-            "pre": lc.llama_vocab_fim_pre(vocab_ptr),
-            "suf": lc.llama_vocab_fim_suf(vocab_ptr),
-            "mid": lc.llama_vocab_fim_mid(vocab_ptr),
-        }
-
-    def _piece(self, token: int, *, special: bool) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
-
-    def token_text(self, token: int) -> str:
-        """The token rendered for display, special tokens included."""
-        return self._piece(token, special=True).decode("utf-8", errors="replace")
-
-    def token_bytes(self, token: int) -> bytes:
-        """The token's bytes as llama-server shows them, special tokens as their text."""
-        return self._piece(token, special=True)
-
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 16
-        buf = (lc.llama_token * capacity)()
-        n = lc.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
-        if n < 0:
-            capacity = -n
-            buf = (lc.llama_token * capacity)()
-            n = lc.llama_tokenize(
-                self.ptr, data, len(data), buf, capacity, add_special, parse_special
-            )
-        return list(buf[:n])
-
-    def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self.pieces[t] for t in tokens).decode("utf-8", errors="replace")
-
-    def is_valid(self, token: int) -> bool:
-        return 0 <= token < self.n_tokens
 
 
 class LlamaModel:

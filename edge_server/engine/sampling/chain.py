@@ -10,7 +10,7 @@ from typing import Protocol
 import llama_cpp as lc
 import numpy as np
 
-from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.backend.vocab import Vocab
 
 # Temperatures below this sample greedily, the limit they tend to: dividing logits by
 # them overflows float32 to infinities, whose softmax is NaN (llama.cpp's chain then

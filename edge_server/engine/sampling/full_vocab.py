@@ -21,7 +21,7 @@ from __future__ import annotations
 import llama_cpp as lc
 import numpy as np
 
-from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.backend.vocab import Vocab
 from edge_server.engine.sampling.chain import Sampler, SamplerChain, SamplingParams
 
 _BLOCK = 1024  # tokens per partial sum: the draw scans one such block element by element

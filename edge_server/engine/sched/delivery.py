@@ -2,7 +2,7 @@
 
 Every post wakes an event loop, and the loop's work on it takes the GIL that the engine
 thread needs for its next step (on asyncio's loop the wake-up itself, a socket write, let
-the loop take it at once; the server runs on uvloop, whose wake-up keeps it: cli.py).
+the loop take it at once; the server runs on uvloop, whose wake-up keeps it: cli/serve.py).
 On a 2-core CPU, posting every step cost about 5-10% of the tokens/s (SmolLM2, 1 to 8
 streaming clients, against the same server holding tokens; docs/performance.md, Streaming delivery).
 So once a request has had its first token, its tokens wait until `interval` has passed

@@ -19,37 +19,38 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from edge_server.engine.backend.batch import DecodeBatch
 from edge_server.engine.backend.llama_model import LlamaModel
 from edge_server.engine.backend.measure.step_cost import (
     StepCost,
-    load_or_measure,
-    unmeasured_reason,
 )
 from edge_server.engine.backend.measure.thread_tuner import ThreadTuner
 from edge_server.engine.errors import EngineError
 from edge_server.engine.kv.prompt_store import PromptStore
 from edge_server.engine.kv.slots import Slot, SlotTable
 from edge_server.engine.multimodal.projector import Projector
-from edge_server.engine.request import DONE_MARKER, ChoiceDelta, GenerationRequest, RequestHandle
+from edge_server.engine.request import DONE_MARKER, GenerationRequest, RequestHandle
 from edge_server.engine.sampling.chain import GrammarError
 from edge_server.engine.sampling.logprobs import token_logprob
 from edge_server.engine.sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
 from edge_server.engine.sched.decode_groups import DecodeGroups
 from edge_server.engine.sched.delivery import post_outboxes
+from edge_server.engine.sched.draft_depth import draft_depth, measure_step_cost
 from edge_server.engine.sched.image_prefill import decode_next_image
 from edge_server.engine.sched.jobs import Choice, Job, JobStats
 from edge_server.engine.sched.seating import (
     add_choices,
     open_job,
     resolve_wait,
+    save_prompt_state,
     seat_pending_choices,
     wants_prompt_state,
 )
+from edge_server.engine.sched.settings import SchedulerSettings
 from edge_server.engine.sched.step_batch import fill_step_batch, plan_drafts
+from edge_server.engine.sched.token_outcome import take_token
 from edge_server.engine.sched.waiting import WaitingQueue
 
 log = logging.getLogger(__name__)
@@ -59,31 +60,10 @@ __all__ = ["JobStats", "Scheduler", "SchedulerSettings"]
 # llama.cpp's grammar parser and sampler setup recurse in C on this thread: give it a
 # stack far deeper than any bounded grammar needs (virtual memory, touched on demand).
 _ENGINE_STACK_BYTES = 256 * 1024 * 1024
-# 16 rows a sequence: the row block of llama.cpp's AVX-512 Q4_K kernel (step_cost.py).
-DEFAULT_DRAFT_MAX = 15
 _READY_TIMEOUT_S = 60.0  # start() waits this long at most for the engine thread
 # How long stopping waits for the engine thread to finish its step (a long prefill, an
 # image encode) and exit.
 STOP_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True)
-class SchedulerSettings:
-    max_waiting: int = 64  # queued requests beyond the slots before 429
-    max_wait_seconds: float = 120.0  # a request not admitted by then fails with 503
-    # While other sequences are generating, a step evaluates at most this many prompt
-    # tokens per waiting prompt, so a long prompt delays their next token by a fraction
-    # of a second only (on SmolLM2; a 1.5B model takes a second and a half).
-    prefill_chunk_while_decoding: int = 128
-    # Time decode steps on all cores and on one fewer, and use the faster (thread_tuner).
-    adaptive_threads: bool = False
-    # Tokens a sequence may draft per step by lookup (lookup_draft.py); 0: never;
-    # -1: DEFAULT_DRAFT_MAX where every layer runs on the CPU, else 0 (on an H100,
-    # drafting at full depth made steps slower: 0.62-0.76x the tokens/s, 1-8 clients).
-    draft_max: int = -1
-    # After a request's first token, its tokens go to the event loop at most this often
-    # (delivery.py); 0: every step's at once.
-    stream_interval_ms: float = 15.0
 
 
 class Scheduler:
@@ -101,18 +81,7 @@ class Scheduler:
         self._waiting = WaitingQueue(settings.max_waiting, settings.max_wait_seconds)
         self._jobs: list[Job] = []
         self.drafts = DraftCounts()
-        self.draft_max = settings.draft_max if settings.draft_max >= 0 else (
-            DEFAULT_DRAFT_MAX if model.cpu_only else 0)
-        kind = model.memory_kind
-        if self.draft_max > 0 and not kind.drafts:
-            # A rejected draft could not be removed from this memory (memory_kind.py).
-            log.info("lookup drafting off: a %s model's memory (%s) cannot take back a "
-                     "rejected draft", kind.kind, kind.arch)
-            self.draft_max = 0
-        elif self.draft_max > kind.draft_limit(self.draft_max):
-            log.info("drafts at most %d deep: what llama.cpp can roll back of a %s model's "
-                     "last decode (%s)", kind.rollback, kind.kind, kind.arch)
-            self.draft_max = kind.draft_limit(self.draft_max)
+        self.draft_max = draft_depth(settings.draft_max, model)
         # Replaced on the engine thread by this machine's measured cost (step_cost.py).
         self.step_cost = StepCost.fixed_model(STEP_COST_IN_ROWS)
         self._step_cost_file = step_cost_file
@@ -178,6 +147,10 @@ class Scheduler:
             job.handle.post([error])
 
     @property
+    def n_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
     def idle(self) -> bool:
         return not self._jobs and not len(self._waiting)
 
@@ -190,26 +163,6 @@ class Scheduler:
         started = self.step_started
         return 0.0 if started is None else time.monotonic() - started
 
-    def stats(self) -> dict[str, int]:
-        jobs = self.running()
-        return {
-            "slots": self.n_slots,
-            "busy_slots": sum(s.busy for s in self.kv.slots),
-            "busy_sequences": sum(
-                1 for j in jobs for c in j.choices if c.slot is not None and not c.finished
-            ),
-            "waiting": len(self._waiting),
-            "kv_tokens": self.kv.cached_tokens(),
-            "kv_capacity": self.model.n_ctx,
-            "prompt_store_entries": len(self.kv.store),
-            "prompt_store_bytes": self.kv.store.used_bytes,
-            "prompt_store_on_disk_only": self.kv.store.disk_only,
-            "decode_threads": self.threads.best(1),
-            "draft_tokens": self.drafts.drafted,
-            "draft_tokens_accepted": self.drafts.accepted,
-            "grouped_decode_steps": self.grouped_steps,
-        }
-
     # --- engine thread ----------------------------------------------------------------
 
     def _run(self) -> None:
@@ -217,20 +170,11 @@ class Scheduler:
         # idle on another thread slows every later step: decode on this thread only.
         self.threads = ThreadTuner.for_model(self.model, adaptive=self.settings.adaptive_threads)
         # The measured cost sets draft depths and, on the CPU, decode groups.
-        if self.draft_max > 0 or self.model.cpu_only:
-            try:
-                measured = load_or_measure(self.model, self._step_cost_file)
-            except Exception:  # drafting falls back to the fixed model; serving goes on
-                log.exception("could not measure the decode step cost")
-                measured = None
-            if measured is not None:
-                self.step_cost = measured
-                self.groups = DecodeGroups(measured.widths)
-            elif self._step_cost_file is not None and self.draft_max > 0:
-                # Unmeasured, a guessed cost could make drafting lose: none this run.
-                log.warning("decode step cost not measured (%s): lookup drafting off until "
-                            "the next start", unmeasured_reason(self.model))
-                self.draft_max = 0
+        measured, self.draft_max = measure_step_cost(self.model, self._step_cost_file,
+                                                     self.draft_max)
+        if measured is not None:
+            self.step_cost = measured
+            self.groups = DecodeGroups(measured.widths)
         self._ready.set()
         while self._waiting.wait_for_work(bool(self._jobs)):
             self.step_started = time.monotonic()
@@ -282,7 +226,7 @@ class Scheduler:
                 job.score_prompt(self.model, end, first_row)
             job.slot.cached.extend(job.request.prompt_tokens[job.prefill_at : end])
             job.prefill_at = end
-            self._save_prompt_state(job)
+            save_prompt_state(self.model, job)
             job.report_progress()
             if not job.prefilling:
                 self.kv.checkpoint(job.slot)
@@ -360,32 +304,8 @@ class Scheduler:
             if request.logprobs is not None
             else None
         )
-        # With a grammar, an end-of-generation token is only sampled once the grammar is
-        # complete, so it ends the choice even under ignore_eos.
-        if self.vocab.is_eog[token] and (
-            not request.sampling.ignore_eos or choice.sampler.has_grammar
-        ):
-            job.finish_choice(choice, "stop", [])
-            return token
-        choice.generated += 1
-        text = choice.text.push(choice.pieces[token])
-        cut = choice.indent.cut_at(text) if choice.indent is not None else None
-        if choice.text.stopped:
-            job.finish_choice(choice, "stop", [token], text, scored)
-        elif cut is not None:
-            # Infill's n_indent: the completion left the block; llama-server calls it a limit.
-            job.finish_choice(choice, "length", [token], text[:cut], scored)
-        elif "\n" in text and job.over_predict_budget(time.monotonic()):
-            # Infill's t_max_predict_ms: over time, end at a line's end (as llama-server).
-            text += choice.text.finish()
-            job.finish_choice(choice, "length", [token], text, scored)
-        elif (choice.generated >= request.max_tokens
-              or choice.position + 1 >= self.model.n_ctx_seq):
-            text += choice.text.finish()
-            job.finish_choice(choice, "length", [token], text, scored)
-        else:
-            choice.next_token = token
-            job.outbox.append(ChoiceDelta(choice.index, text, [token], None, scored))
+        take_token(job, choice, token, scored, bool(self.vocab.is_eog[token]),
+                   self.model.n_ctx_seq)
         return token
 
     def _end_prompts_over_budget(self) -> None:
@@ -433,7 +353,7 @@ class Scheduler:
             add_choices(job, self.model, self.vocab, free, others_waiting)
             if wants_prompt_state(self.kv, job):
                 job.pause_at = len(job.request.prompt_tokens) - 1
-                self._save_prompt_state(job)
+                save_prompt_state(self.model, job)
         except GrammarError as exc:
             self._abort(job, EngineError(str(exc), status=400, code="invalid_grammar"))
         except Exception:
@@ -444,13 +364,7 @@ class Scheduler:
         for job in self._jobs:
             if job.wait_for is not None:
                 resolve_wait(self.kv, job)
-                self._save_prompt_state(job)
-
-    def _save_prompt_state(self, job: Job) -> None:
-        """Saves the job's state where its prompt evaluation paused for it (seating.py)."""
-        if job.pause_at and job.prefill_at == job.pause_at and job.wait_for is None:
-            job.prompt_state = self.model.seq_state(job.slot.seq_id)
-            job.pause_at = 0
+                save_prompt_state(self.model, job)
 
     def _seat_pending_choices(self) -> None:
         # Free slots go to waiting choices only while no new request waits for one.

@@ -11,7 +11,8 @@ state there is saved for them (`Job.prompt_state`).
 
 from __future__ import annotations
 
-from edge_server.engine.backend.llama_model import LlamaModel, Vocab
+from edge_server.engine.backend.llama_model import LlamaModel
+from edge_server.engine.backend.vocab import Vocab
 from edge_server.engine.kv.slots import Slot, SlotTable, common_prefix
 from edge_server.engine.request import RequestHandle
 from edge_server.engine.sampling.chain import resolve_seed
@@ -144,3 +145,10 @@ def wants_prompt_state(kv: SlotTable, job: Job) -> bool:
     not: memory_kind.py)."""
     return (not kv.kind.cuts_anywhere and bool(job.pending_choices())
             and job.prompt_state is None and len(job.request.prompt_tokens) > 1)
+
+
+def save_prompt_state(model: LlamaModel, job: Job) -> None:
+    """Saves the job's state where its prompt evaluation paused for it (wants_prompt_state)."""
+    if job.pause_at and job.prefill_at == job.pause_at and job.wait_for is None:
+        job.prompt_state = model.seq_state(job.slot.seq_id)
+        job.pause_at = 0

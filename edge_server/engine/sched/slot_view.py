@@ -51,3 +51,25 @@ def slot_views(scheduler: Scheduler) -> list[SlotView]:
             or SlotView(slot.seq_id, n_ctx, slot.busy, drafts, len(slot.cached),
                         partition=slot.partition)
             for slot in list(scheduler.kv.slots)]
+
+
+def engine_counts(scheduler: Scheduler) -> dict[str, int]:
+    """The scheduler's counts for /health, /metrics and the memory account."""
+    kv, jobs = scheduler.kv, scheduler.running()
+    return {
+        "slots": scheduler.n_slots,
+        "busy_slots": sum(s.busy for s in kv.slots),
+        "busy_sequences": sum(
+            1 for j in jobs for c in j.choices if c.slot is not None and not c.finished
+        ),
+        "waiting": scheduler.n_waiting,
+        "kv_tokens": kv.cached_tokens(),
+        "kv_capacity": scheduler.model.n_ctx,
+        "prompt_store_entries": len(kv.store),
+        "prompt_store_bytes": kv.store.used_bytes,
+        "prompt_store_on_disk_only": kv.store.disk_only,
+        "decode_threads": scheduler.threads.best(1),
+        "draft_tokens": scheduler.drafts.drafted,
+        "draft_tokens_accepted": scheduler.drafts.accepted,
+        "grouped_decode_steps": scheduler.grouped_steps,
+    }

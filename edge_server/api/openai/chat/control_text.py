@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from edge_server.engine.backend.llama_model import Vocab
+from edge_server.engine.backend.vocab import Vocab
 from edge_server.engine.chat_template import literal_pattern
 
 

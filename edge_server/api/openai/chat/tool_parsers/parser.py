@@ -12,16 +12,17 @@ responses come from this one parser.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 
 from edge_server.api.openai.chat.tool_parsers.call import (
-    ARGS_MARKERS,
     ARGUMENT_KEYS,
     CALL_KEYS,
     NAME_CHARS,
     NAME_KEYS,
     Call,
+    name_length,
+    nested_call,
+    past_args_marker,
 )
 from edge_server.api.openai.chat.tool_parsers.events import (
     CallArguments,
@@ -195,9 +196,7 @@ class ToolCallParser:
     def _named(self) -> bool:
         assert self._call is not None and self._call.name is not None
         buf = self._buf
-        end = 0
-        while end < len(buf) and buf[end] in NAME_CHARS:
-            end += 1
+        end = name_length(buf)
         name = self._call.name + buf[:end]
         self._hold(buf[:end])
         self._call.name = name
@@ -214,19 +213,12 @@ class ToolCallParser:
 
     def _named_separator(self) -> bool:
         buf = self._buf
-        for marker in ARGS_MARKERS:
-            if buf.startswith(marker):
-                # `[CALL_ID]id[ARGS]`: the model's own id is read past, ours is used.
-                rest = buf[len(marker) :]
-                if marker == "[CALL_ID]":
-                    at = rest.find("[ARGS]")
-                    if at < 0:
-                        return False
-                    rest = rest[at + len("[ARGS]") :]
-                self._hold(buf[: len(buf) - len(rest)])
-                return True
-            if marker.startswith(buf):
-                return False
+        marker_length = past_args_marker(buf)
+        if marker_length is None:
+            return False
+        if marker_length:
+            self._hold(buf[:marker_length])
+            return True
         if buf[0] != "{":
             self._reject()
             return True
@@ -305,10 +297,7 @@ class ToolCallParser:
                 if call.arguments_key == member.key and not call.arguments_done:
                     call.arguments_done = True
                     if call.string_arguments:
-                        raw = call.take_pending()
-                        decoded = loads(raw)
-                        call.pending = [decoded if isinstance(decoded, str) else raw]
-                        call.string_arguments = False
+                        call.decode_string_arguments()
                         self._arguments("")
             elif member.what == "value" and member.key in NAME_KEYS and call.index < 0:
                 name = loads(member.text)
@@ -328,14 +317,11 @@ class ToolCallParser:
 
     def _nested_call(self, text: str) -> bool:
         """`{"function": {"name": …, "arguments": …}}`, told whole once read."""
-        value = loads(text)
-        name = value.get("name") if isinstance(value, dict) else None
-        if not isinstance(name, str) or name not in self._names:
+        found = nested_call(text, self._names)
+        if found is None:
             return False
-        assert isinstance(value, dict) and self._call is not None
-        arguments = value.get("arguments", value.get("parameters", {}))
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False)
+        name, arguments = found
+        assert self._call is not None
         self._start(name)
         self._call.arguments_key, self._call.arguments_done = "arguments", True
         self._arguments(arguments)
@@ -389,9 +375,8 @@ class ToolCallParser:
     # Text -----------------------------------------------------------------------------
 
     def _opens_call(self, c: str) -> bool:
-        return c in "{[" or (
-            self._fmt.named and c in NAME_CHARS and any(n.startswith(c) for n in self._names)
-        )
+        named = self._fmt.named and c in NAME_CHARS
+        return c in "{[" or (named and any(n.startswith(c) for n in self._names))
 
     def _hold(self, text: str) -> None:
         """Moves text from the unread buffer into the held text of a possible call."""
