@@ -72,6 +72,8 @@ def forced_text(base_url: str) -> str:
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.8, "seed": 3}])
 def test_a_forced_loop_is_drafted_and_every_token_kept(server: RunningServer,
                                                        sampling: dict) -> None:
+    if "decode step cost not measured" in server.log_text():
+        pytest.skip("this machine was too busy to time decode steps: no drafting this run")
     piece = forced_text(server.base_url)
     drafted, kept = draft_counts(server.base_url)
     body = complete(server.base_url, "Say it again and again:", max_tokens=30,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
-from edge_server.api.common.response_bounds import MAX_LOGPROB_ENTRIES
+from edge_server.api.common.bounds.response_bounds import MAX_LOGPROB_ENTRIES
 from edge_server.engine.grammar.json_grammar import compile_schema, grammar_cache_bytes
 from edge_server.engine.grammar.schema_cache import CACHE_BYTES, without_annotations
 

@@ -48,7 +48,7 @@ class EngineSettings:
     mmproj: Path | None = None  # multimodal projector: the model then reads images
     image_limits: ImageLimits = field(default_factory=ImageLimits)
     # A prompt that outgrows the context: "disabled" (refused) or "auto" (cut to fit by
-    # the API layer, api/common/truncation.py); requests may choose otherwise.
+    # the API layer, api/common/bounds/truncation.py); requests may choose otherwise.
     truncation: str = "disabled"
 
 

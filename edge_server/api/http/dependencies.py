@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import ParamSpec, TypeVar
 
 import anyio
@@ -94,29 +95,53 @@ async def acquire(request: Request, model: str) -> Lease:
         ) from exc
 
 
-async def serve_with_model(
-    request: Request, model: str, serve: Callable[[Engine], Awaitable[Response]]
-) -> Response:
-    """Runs `serve` with the model's engine. The lease joins the request's hold, which
-    is released once the engine is done with the request: when `serve` returns, or, for
-    a stream, once its events are all read ahead (read_ahead.py); and however sending
-    ends, for a client that vanished first: a lease is never kept."""
+class ModelLease:
+    """A request's lease on its model's engine, inside `leased_model`."""
+
+    def __init__(self, engine: Engine, hold: RequestHold) -> None:
+        self.engine = engine
+        self._hold = hold
+        self.answered = False
+
+    def answer(self, response: Response) -> Response:
+        """The route's answer, holding the model until the engine is done with it: at
+        once for an answer built whole; for a stream, once its events are all read ahead
+        (read_ahead.py), and however sending ends, for a client that vanished first."""
+        self.answered = True
+        if not isinstance(response, ReadAheadStream):
+            self._hold.release()
+            return response
+        response.when_read(self._hold.release)
+        return _HeldResponse(response, self._hold)  # type: ignore[return-value]
+
+
+@asynccontextmanager
+async def leased_model(request: Request, model: str) -> AsyncIterator[ModelLease]:
+    """The model's engine for the block, loading it on first use. The lease joins the
+    request's hold, released when the block fails or once its answer (ModelLease.answer)
+    no longer needs the engine: a lease is never kept."""
     lease = await acquire(request, model)
     hold = hold_of(request.scope)
     hold.add(lease.release)
+    leased = ModelLease(lease.engine, hold)
     try:
         # Images prepared for the request and not handed to the engine (a 400 after
         # preparation, a full queue, a client gone) are freed here, not by a later GC.
         with images_scope():
-            response = await serve(lease.engine)
+            yield leased
     except BaseException:
         hold.release()
         raise
-    if not isinstance(response, ReadAheadStream):
-        hold.release()  # the answer is built whole: the engine is done with it
-        return response
-    response.when_read(hold.release)
-    return _HeldResponse(response, hold)  # type: ignore[return-value]
+    if not leased.answered:
+        hold.release()
+
+
+async def serve_with_model(
+    request: Request, model: str, serve: Callable[[Engine], Awaitable[Response]]
+) -> Response:
+    """`serve(engine)`'s answer, within `leased_model`."""
+    async with leased_model(request, model) as lease:
+        return lease.answer(await serve(lease.engine))
 
 
 async def serve_on_get(request: Request, model: str,

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from edge_server import __version__
 from edge_server.api.common.llama_format import sampler_json
 from edge_server.api.common.protocol import SamplingRequest
-from edge_server.api.common.serving import sampling_params
+from edge_server.api.common.sampling_fields import sampling_params
 from edge_server.api.http.dependencies import serve_on_get
 from edge_server.catalogue.default_model import DEFAULT_ALIAS
 from edge_server.engine import Engine

@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edge_server.api.common.image_input.image_fetch import with_image_urls
-from edge_server.api.common.model_bounds import ModelBounds
-from edge_server.api.common.prompt_bounds import check_prompt_bytes, check_token_count
-from edge_server.api.http.dependencies import off_loop, parse_body, serve_with_model
+from edge_server.api.common.bounds.model_bounds import ModelBounds
+from edge_server.api.common.bounds.prompt_bounds import check_prompt_bytes, check_token_count
+from edge_server.api.common.image_input.image_fetch import fetch_image_urls, fetched_images
+from edge_server.api.http.dependencies import leased_model, off_loop, parse_body, serve_with_model
 from edge_server.api.http.limits import MAX_MESSAGES, MAX_TOOLS, token_ids
 from edge_server.api.openai.chat.prompt import chat_prompt, render_chat, shown_text
 from edge_server.api.openai.chat.protocol import ChatMessage, TemplateKwargs, Tool
@@ -124,12 +124,10 @@ def _content(body: DetokenizeRequest, engine: Engine) -> str:
 
 async def tokenize(request: Request) -> Response:
     body = await parse_body(request, TokenizeRequest)
-
-    async def serve(engine: Engine) -> Response:
-        return JSONResponse({"tokens": await off_loop(_tokenized, body, engine)})
-
-    return await serve_with_model(request, body.model, lambda engine: with_image_urls(
-        body, engine, lambda: serve(engine)))
+    async with leased_model(request, body.model) as lease:
+        with fetched_images(await fetch_image_urls(body, lease.engine)):
+            tokens = await off_loop(_tokenized, body, lease.engine)
+        return lease.answer(JSONResponse({"tokens": tokens}))
 
 
 async def detokenize(request: Request) -> Response:
@@ -143,15 +141,12 @@ async def detokenize(request: Request) -> Response:
 
 async def apply_template(request: Request) -> Response:
     body = await parse_body(request, ApplyTemplateRequest)
-
-    async def serve(engine: Engine) -> Response:
-        prompt = await off_loop(body.shown, engine)
-        return JSONResponse(ApplyTemplateResponse(prompt=prompt).model_dump())
-
-    # Image URLs are fetched on the fetch threads first, as chat's are: a slow server
-    # never holds a preparation thread.
-    return await serve_with_model(request, body.model, lambda engine: with_image_urls(
-        body, engine, lambda: serve(engine)))
+    async with leased_model(request, body.model) as lease:
+        # Image URLs are fetched on the fetch threads first, as chat's are: a slow server
+        # never holds a preparation thread.
+        with fetched_images(await fetch_image_urls(body, lease.engine)):
+            prompt = await off_loop(body.shown, lease.engine)
+        return lease.answer(JSONResponse(ApplyTemplateResponse(prompt=prompt).model_dump()))
 
 
 routes = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge_server.api.common.prompt_bounds import prompt_size_limit, rendered_too_long
+from edge_server.api.common.bounds.prompt_bounds import prompt_size_limit, rendered_too_long
 from edge_server.api.http.errors import invalid
 from edge_server.api.ollama.management.saved_models import Profile
 from edge_server.api.ollama.protocol import ChatRequest, GenerateRequest, Message

@@ -13,16 +13,11 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.common.bounds.model_bounds import ModelBounds
+from edge_server.api.common.bounds.truncation import Truncated, answer_reserve, fit_tokens, wanted
 from edge_server.api.common.protocol import SamplingRequest
-from edge_server.api.common.serving import (
-    cancel_on_disconnect,
-    sampling_params,
-    stream_deltas,
-    submit,
-    wait_started,
-)
-from edge_server.api.common.truncation import Truncated, answer_reserve, fit_tokens, wanted
+from edge_server.api.common.sampling_fields import sampling_params
+from edge_server.api.common.serving import cancel_on_disconnect, stream_deltas, submit, wait_started
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import APIError, invalid
 from edge_server.api.ollama import options as opts

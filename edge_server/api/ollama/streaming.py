@@ -20,7 +20,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from edge_server.api.common.logprobs_format import chat_logprobs
-from edge_server.api.common.serving import EngineStream
+from edge_server.api.common.sse import EngineStream
 from edge_server.api.http.errors import APIError
 from edge_server.api.openai.chat.choice_output import ChoiceOutput
 from edge_server.engine import ChoiceDelta, Usage

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from edge_server.api.common.prompt_bounds import (
+from edge_server.api.common.bounds.prompt_bounds import (
     check_prompt_bytes,
     prompt_size_limit,
     rendered_too_long,

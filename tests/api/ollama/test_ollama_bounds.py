@@ -1,5 +1,5 @@
 """Numeric fields that size llama.cpp's buffers are held to the model's bounds
-(edge_server/api/common/model_bounds.py), on a server whose address space is capped.
+(edge_server/api/common/bounds/model_bounds.py), on a server whose address space is capped.
 
 `options.repeat_last_n: 2147483647` once reached llama_sampler_init_penalties as given:
 8 GiB allocated and zeroed on the engine thread, and under a 4 GiB cap the server died of

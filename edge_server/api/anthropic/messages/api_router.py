@@ -8,18 +8,26 @@ from starlette.routing import Route
 
 from edge_server.api.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
 from edge_server.api.anthropic.messages.serving import MessagesServing
-from edge_server.api.common.image_input.image_fetch import serve_body
+from edge_server.api.common.image_input.image_fetch import fetch_image_urls, fetched_images
+from edge_server.api.http.dependencies import leased_model, parse_body
 
 _serving = MessagesServing()
 
 
 async def create_message(request: Request) -> Response:
-    return await serve_body(request, MessagesRequest,
-                            lambda body, engine: _serving.create(body, engine, request))
+    body = await parse_body(request, MessagesRequest)
+    async with leased_model(request, body.model) as lease:
+        with fetched_images(await fetch_image_urls(body, lease.engine)):
+            answer = await _serving.create(body, lease.engine, request)
+        return lease.answer(answer)
 
 
 async def count_tokens(request: Request) -> Response:
-    return await serve_body(request, CountTokensRequest, _serving.count_tokens)
+    body = await parse_body(request, CountTokensRequest)
+    async with leased_model(request, body.model) as lease:
+        with fetched_images(await fetch_image_urls(body, lease.engine)):
+            answer = await _serving.count_tokens(body, lease.engine)
+        return lease.answer(answer)
 
 
 routes = [

@@ -18,13 +18,8 @@ from edge_server.api.anthropic.messages.protocol import (
 )
 from edge_server.api.anthropic.messages.streaming import stream_messages
 from edge_server.api.anthropic.messages.translate import PARAM_NAMES, rename_image_param, to_chat
-from edge_server.api.common.serving import (
-    cancel_on_disconnect,
-    sse_response,
-    stream_deltas,
-    submit,
-    wait_started,
-)
+from edge_server.api.common.serving import cancel_on_disconnect, stream_deltas, submit, wait_started
+from edge_server.api.common.sse import sse_response
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import APIError
 from edge_server.api.openai.chat import tools as tooling

@@ -3,34 +3,27 @@
 Fetches run in a small pool of their own, awaited on the event loop before the
 request's preparation starts: slow servers hold fetch threads only, never the threads
 that prepare (tokenize, resize) other requests. Every route that reads image URLs
-fetches them first (serve_body, with_image_urls); preparation only looks the results
-up. One fetch (its deadline, its address checks) is url_fetch's.
+fetches them first (`with fetched_images(await fetch_image_urls(body, engine))`);
+preparation only looks the results up. One fetch (its deadline, its address checks) is url_fetch's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
-from starlette.requests import Request
-from starlette.responses import Response
 
 from edge_server.api.common.image_input.url_fetch import FetchError, fetch, is_http_url
-from edge_server.api.http.dependencies import parse_body, serve_with_model
 from edge_server.engine import Engine
 from edge_server.engine.multimodal.projector import ImageLimits
 
 log = logging.getLogger(__name__)
-
-Result = TypeVar("Result")
-
-Body = TypeVar("Body", bound=BaseModel)  # a request body with a `model` field
 
 FETCH_THREADS = 4
 _pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="image-fetch")
@@ -95,31 +88,18 @@ async def fetch_all(urls: list[str], limits: ImageLimits) -> dict[str, bytes | F
     return dict(zip(urls, results, strict=True))
 
 
-async def with_image_urls(body: BaseModel, engine: Engine,
-                          serve: Callable[[], Awaitable[Result]], *,
-                          also: Any = None) -> Result:
-    """Runs `serve` (which prepares the request) with the body's image URLs fetched
-    first, where this server fetches them and the model reads images; `also`: more of
-    the conversation the request renders (a stored one's items), whose URLs are fetched
-    too. More URLs than a request may carry are not fetched: preparation refuses the
-    count by name."""
+async def fetch_image_urls(body: BaseModel, engine: Engine, *,
+                           also: Any = None) -> dict[str, bytes | FetchError]:
+    """The body's image URLs fetched, where this server fetches them and the model reads
+    images (else none); `also`: more of the conversation the request renders (a stored
+    one's items), whose URLs are fetched too. More URLs than a request may carry are not
+    fetched: preparation refuses the count by name. For `fetched_images`."""
     limits = engine.settings.image_limits
     urls = list(dict.fromkeys([*image_urls(also), *image_urls(body)])) \
         if limits.fetch_urls and "image" in engine.modalities else []
     if not urls or len(urls) > limits.max_images:
-        return await serve()
-    with fetched_images(await fetch_all(urls, limits)):
-        return await serve()
-
-
-async def serve_body(request: Request, body_type: type[Body],
-                     create: Callable[[Body, Engine], Awaitable[Response]]) -> Response:
-    """A generating route's common path: the body parsed, its model leased, its image
-    URLs fetched, then `create(body, engine)`."""
-    body = await parse_body(request, body_type)
-    model: str = body.model  # type: ignore[attr-defined]  # every generating body has one
-    return await serve_with_model(request, model, lambda engine: with_image_urls(
-        body, engine, lambda: create(body, engine)))
+        return {}
+    return await fetch_all(urls, limits)
 
 
 @contextmanager

@@ -15,17 +15,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from edge_server.api.common.bounds.response_bounds import AnswerShape, check_answer_size
 from edge_server.api.common.llama_format import sampler_json, timings_json
-from edge_server.api.common.response_bounds import AnswerShape, check_answer_size
-from edge_server.api.common.serving import (
-    cancel_on_disconnect,
+from edge_server.api.common.serving import cancel_on_disconnect, submit_all, wait_started
+from edge_server.api.common.sse import (
     merged_events,
     progress_json,
     sse_event,
     sse_response,
     sse_with_errors,
-    submit_all,
-    wait_started,
 )
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import unsupported

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from edge_server.api.common.bounds.prompt_bounds import check_prompt_bytes
 from edge_server.api.common.fim import (
     ExtraChunk,
     extra_context,
@@ -17,21 +18,15 @@ from edge_server.api.common.fim import (
     fim_tokens,
     text_tokens,
 )
-from edge_server.api.common.prompt_bounds import check_prompt_bytes
+from edge_server.api.common.sampling_fields import budgets, max_tokens_for, sampling_params
 from edge_server.api.common.serving import (
-    budgets,
     cancel_on_disconnect,
     collect,
-    max_tokens_for,
-    progress_json,
-    sampling_params,
-    sse_event,
-    sse_response,
-    sse_with_errors,
     stream_events,
     submit,
     wait_started,
 )
+from edge_server.api.common.sse import progress_json, sse_event, sse_response, sse_with_errors
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import invalid
 from edge_server.api.llama_server.infill.protocol import (

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from edge_server.api.common.bounds.prompt_bounds import too_long
 from edge_server.api.common.job_wait import await_job
-from edge_server.api.common.prompt_bounds import too_long
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import APIError, from_engine_error, invalid
 from edge_server.api.llama_server.rerank.protocol import (

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from edge_server.api.common.serving import schema_grammar
+from edge_server.api.common.grammars import schema_grammar
 from edge_server.api.openai.chat.protocol import Tool
 from edge_server.api.openai.chat.tool_parsers import ToolCallFormat
 from edge_server.api.openai.chat.tool_parsers.values import wants_string

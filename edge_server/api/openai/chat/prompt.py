@@ -9,16 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_server.api.common.image_input.images import (
-    check_image_count,
-    decode_image_url,
-    image_errors,
-)
-from edge_server.api.common.prompt_bounds import (
+from edge_server.api.common.bounds.prompt_bounds import (
     check_prompt_bytes,
     prompt_size_limit,
     rendered_too_long,
     too_long,
+)
+from edge_server.api.common.image_input.images import (
+    check_image_count,
+    decode_image_url,
+    image_errors,
 )
 from edge_server.api.http.errors import invalid, unsupported
 from edge_server.api.openai.chat import tools as tooling

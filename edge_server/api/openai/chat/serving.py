@@ -10,26 +10,27 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from edge_server.api.common.bounds.prompt_bounds import check_prompt_bytes, check_token_count
+from edge_server.api.common.bounds.response_bounds import (
+    OFF_LOOP_ENTRIES,
+    AnswerShape,
+    check_answer_size,
+)
+from edge_server.api.common.bounds.truncation import Truncated, answer_reserve, fit_messages, wanted
 from edge_server.api.common.llama_fields import grammar_conflict
 from edge_server.api.common.logprobs_format import chat_logprobs
-from edge_server.api.common.prompt_bounds import check_prompt_bytes, check_token_count
-from edge_server.api.common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
+from edge_server.api.common.sampling_fields import budgets, max_tokens_for, sampling_params
 from edge_server.api.common.serving import (
     ChoiceResult,
-    budgets,
     cancel_on_disconnect,
     collect,
-    max_tokens_for,
     new_id,
     now,
-    sampling_params,
-    sse_response,
-    sse_with_errors,
     submit,
     usage_info,
     wait_started,
 )
-from edge_server.api.common.truncation import Truncated, answer_reserve, fit_messages, wanted
+from edge_server.api.common.sse import sse_response, sse_with_errors
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import invalid, unsupported
 from edge_server.api.openai.chat import tools as tooling

@@ -13,14 +13,8 @@ from typing import Any
 from starlette.requests import Request
 
 from edge_server.api.common.logprobs_format import chat_logprobs
-from edge_server.api.common.serving import (
-    SSE_DONE,
-    cancel_on_disconnect,
-    progress_json,
-    sse_event,
-    stream_events,
-    usage_info,
-)
+from edge_server.api.common.serving import cancel_on_disconnect, stream_events, usage_info
+from edge_server.api.common.sse import SSE_DONE, progress_json, sse_event
 from edge_server.api.openai.chat.choice_output import ChoiceOutput
 from edge_server.api.openai.chat.protocol import ChatCompletionRequest
 from edge_server.engine import Engine

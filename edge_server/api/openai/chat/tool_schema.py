@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from edge_server.api.common.serving import schema_grammar
+from edge_server.api.common.grammars import schema_grammar
 from edge_server.api.http.errors import APIError
 from edge_server.api.openai.chat.protocol import Tool
 from edge_server.engine.grammar.schema_check import pointer

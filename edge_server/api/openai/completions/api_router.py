@@ -6,7 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from edge_server.api.common.image_input.image_fetch import serve_body
+from edge_server.api.common.image_input.image_fetch import fetch_image_urls, fetched_images
+from edge_server.api.http.dependencies import leased_model, parse_body
 from edge_server.api.openai.completions.protocol import CompletionRequest
 from edge_server.api.openai.completions.serving import CompletionsServing
 
@@ -14,8 +15,11 @@ _serving = CompletionsServing()
 
 
 async def create_completion(request: Request) -> Response:
-    return await serve_body(request, CompletionRequest,
-                            lambda body, engine: _serving.create(body, engine, request))
+    body = await parse_body(request, CompletionRequest)
+    async with leased_model(request, body.model) as lease:
+        with fetched_images(await fetch_image_urls(body, lease.engine)):
+            answer = await _serving.create(body, lease.engine, request)
+        return lease.answer(answer)
 
 
 routes = [Route("/v1/completions", create_completion, methods=["POST"])]

@@ -10,6 +10,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from edge_server.api.common.bounds.model_bounds import ModelBounds
+from edge_server.api.common.bounds.prompt_bounds import check_prompt_bytes
+from edge_server.api.common.bounds.response_bounds import (
+    OFF_LOOP_ENTRIES,
+    AnswerShape,
+    check_answer_size,
+)
 from edge_server.api.common.fim import fim_prompt, fim_tokens, text_tokens
 from edge_server.api.common.image_input.images import (
     check_image_count,
@@ -17,28 +24,25 @@ from edge_server.api.common.image_input.images import (
     image_errors,
 )
 from edge_server.api.common.logprobs_format import completion_logprobs
-from edge_server.api.common.model_bounds import ModelBounds
-from edge_server.api.common.prompt_bounds import check_prompt_bytes
-from edge_server.api.common.response_bounds import OFF_LOOP_ENTRIES, AnswerShape, check_answer_size
+from edge_server.api.common.sampling_fields import budgets, max_tokens_for, sampling_params
 from edge_server.api.common.serving import (
-    SSE_DONE,
     ChoiceResult,
-    budgets,
     cancel_on_disconnect,
     collect,
-    max_tokens_for,
-    merged_events,
     new_id,
     now,
-    progress_json,
-    sampling_params,
-    sse_event,
-    sse_response,
-    sse_with_errors,
     submit_all,
     sum_usage,
     usage_info,
     wait_started,
+)
+from edge_server.api.common.sse import (
+    SSE_DONE,
+    merged_events,
+    progress_json,
+    sse_event,
+    sse_response,
+    sse_with_errors,
 )
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import invalid, unsupported

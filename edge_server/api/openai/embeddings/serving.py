@@ -17,9 +17,9 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response
 
+from edge_server.api.common.bounds.model_bounds import ModelBounds
+from edge_server.api.common.bounds.prompt_bounds import too_long
 from edge_server.api.common.job_wait import await_job
-from edge_server.api.common.model_bounds import ModelBounds
-from edge_server.api.common.prompt_bounds import too_long
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import APIError, from_engine_error, invalid, unsupported
 from edge_server.api.openai.embeddings.protocol import EmbeddingRequest

@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edge_server.api.common.image_input.image_fetch import with_image_urls
-from edge_server.api.http.dependencies import off_loop, parse_body, serve_with_model
+from edge_server.api.common.image_input.image_fetch import fetch_image_urls, fetched_images
+from edge_server.api.http.dependencies import leased_model, off_loop, parse_body
 from edge_server.api.http.errors import APIError, from_validation_error, invalid
 from edge_server.api.http.guards.auth import tenant_of
 from edge_server.api.openai.responses.items import input_items, page
@@ -83,11 +83,11 @@ async def create_response(request: Request) -> Response:
     # A stored turn's http(s) image URLs are fetched again with the new input's: the
     # conversation is rendered whole, images and all, on every turn that has them.
     stored = previous.turns if previous is not None else None
-    return await serve_with_model(
-        request, body.model, lambda engine: with_image_urls(
-            body, engine, lambda: _serving.create(body, engine, request, previous=previous,
-                                                  store=keep_in), also=stored)
-    )
+    async with leased_model(request, body.model) as lease:
+        with fetched_images(await fetch_image_urls(body, lease.engine, also=stored)):
+            answer = await _serving.create(body, lease.engine, request, previous=previous,
+                                           store=keep_in)
+        return lease.answer(answer)
 
 
 async def retrieve_response(request: Request) -> Response:

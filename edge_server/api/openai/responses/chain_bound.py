@@ -16,7 +16,7 @@ as OpenAI answers a conversation past the context).
 
 from __future__ import annotations
 
-from edge_server.api.common.prompt_bounds import prompt_size_limit, too_long
+from edge_server.api.common.bounds.prompt_bounds import prompt_size_limit, too_long
 from edge_server.engine import Engine
 
 _JSON_FACTOR = 4

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from edge_server.api.common.model_bounds import ModelBounds
+from edge_server.api.common.bounds.model_bounds import ModelBounds
 from edge_server.api.http.errors import APIError
 from edge_server.api.openai.chat.prompt import ChatPrompt, PromptRender, chat_prompt
 from edge_server.api.openai.chat.protocol import ChatMessage

@@ -17,11 +17,11 @@ from edge_server.api.common.protocol import JSONSchemaFormat, ResponseFormat
 from edge_server.api.common.serving import (
     cancel_on_disconnect,
     collect,
-    sse_response,
     stream_deltas,
     submit,
     wait_started,
 )
+from edge_server.api.common.sse import sse_response
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import APIError, invalid, unsupported
 from edge_server.api.http.guards.auth import tenant_of

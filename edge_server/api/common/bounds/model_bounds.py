@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from edge_server.api.common.prompt_bounds import too_long
+from edge_server.api.common.bounds.prompt_bounds import too_long
 from edge_server.api.http.errors import invalid
 from edge_server.engine import Engine
 
