@@ -20,8 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
-from browser import browser, console_errors, open_page, wait_for
 from conftest import DEFAULT_MODEL, ROOT, RunningServer, free_port, start_server, stop_server
+
+from edge_testkit.browser import browser, console_errors, open_page, wait_for
 
 KEY = "open-sesame"
 CHAT = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": "Hi"}],

@@ -3,7 +3,7 @@
 give (a 2xx, a 4xx in the door's error shape, or a 503/429 for overload; see `judge` in
 fuzz_judge), come
 within the time limit on a connection that stays up, and the server must serve normally
-afterwards. scripts/fuzz.py runs the same generators for far longer."""
+afterwards. scripts/soak/fuzz.py runs the same generators for far longer."""
 
 from __future__ import annotations
 
@@ -12,20 +12,21 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import fuzz_bounds as fb
-import fuzz_cases as fc
-import fuzz_edges as fe
-import fuzz_extras as fx
-import fuzz_judge as fj
-import fuzz_nested as fn
-import fuzz_ollama as fo
-import fuzz_stored as fst
-import fuzz_strategies as fs
 import httpx
 import pytest
 from conftest import THREADS_ENV, RunningServer, start_server, stop_server
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+from edge_testkit.fuzz import bounds as fb
+from edge_testkit.fuzz import cases as fc
+from edge_testkit.fuzz import edges as fe
+from edge_testkit.fuzz import extras as fx
+from edge_testkit.fuzz import judge as fj
+from edge_testkit.fuzz import nested as fn
+from edge_testkit.fuzz import ollama as fo
+from edge_testkit.fuzz import stored as fst
+from edge_testkit.fuzz import strategies as fs
 
 MEMORY_LIMIT_MB = 3072
 # Bounded for CI: a fixed seed, no database, a few dozen examples per generator and no

@@ -1,6 +1,6 @@
 """Prepared images: chunk identity and their release on every path.
 
-- A tiling projector (scripts/make_test_projector.py --tiles: an idefics3 projector,
+- A tiling projector (edge_testkit/models/make_test_projector.py --tiles: an idefics3 projector,
   SmolVLM's kind, whose preprocessing splits an image into an overview and tiles) makes
   several image chunks of one image in this llama.cpp: each is keyed and encoded apart.
 - The cap on prepared images counts chunks, checked for each.

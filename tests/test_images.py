@@ -1,5 +1,5 @@
 """Images through llama.cpp's mtmd, inside the batching engine, with a tiny synthetic
-projector next to the default model (scripts/make_test_projector.py: random weights, so
+projector next to the default model (edge_testkit/models/make_test_projector.py: random weights, so
 what the model says about a picture means nothing; every mechanism is real).
 
 Asserted: image tokens counted in usage, images changing the distribution of the first

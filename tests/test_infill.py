@@ -1,5 +1,5 @@
 """Code infill end to end on a model that has fill-in-the-middle tokens: the tiny random
-model of scripts/make_test_fim_model.py (neither real test model declares FIM tokens).
+model of edge_testkit/models/make_test_fim_model.py (neither real test model declares FIM tokens).
 POST /infill as llama.vscode / llama.vim send it and /v1/completions with `suffix`:
 the token layout, extra context cached across keystrokes, the time budgets, n_indent,
 streaming and prompt progress."""
@@ -12,13 +12,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import RunningServer, load_script, start_server, stop_server
+from conftest import RunningServer, start_server, stop_server
+
+from edge_testkit.models import make_test_fim_model
 
 FILE = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(40))  # ~1,100 chars
 
 
 def write_fim_model(path: Path, **kwargs: int) -> Path:
-    return load_script("make_test_fim_model").write_model(path, **kwargs)  # type: ignore[no-any-return]
+    return make_test_fim_model.write_model(path, **kwargs)
 
 
 @pytest.fixture(scope="module")

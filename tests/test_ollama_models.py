@@ -22,9 +22,9 @@ from conftest import (
     until,
     write_test_projector,
 )
-from local_hub import LocalHub
 
 from edge_server.catalogue.default_model import default_model_path
+from edge_testkit.servers.local_hub import LocalHub
 
 REPO, FILE = "edge-test/tiny-chat-GGUF", "tiny-chat.Q4_1.gguf"  # a registry model's
 HUB_REPO, HUB_FILE = "edge-test/other-GGUF", "other-Q4_1.gguf"  # pulled by hf.co name
@@ -49,7 +49,7 @@ def models_server(tmp_path_factory: pytest.TempPathFactory, gguf: bytes
         env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp / "hf"),
                "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
                "EDGE_SERVER_MODELS_DIR": str(tmp / "models")}
-        # The test projector (scripts/make_test_projector.py): its images mean nothing
+        # The test projector (edge_testkit/models/make_test_projector.py): its images mean nothing
         # to the model, but every step of reading them runs.
         projector = write_test_projector(tmp / "test-mmproj.gguf")
         server = start_server(tmp, "--registry", str(registry), "--admin-api-key", KEY,

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import ROOT, start_server, stop_server, write_test_projector
-from local_hub import LocalHub
 
 from edge_server.catalogue.default_model import default_model_path
+from edge_testkit.servers.local_hub import LocalHub
 
 REPO, FILE = "edge-test/tiny-chat-GGUF", "tiny-chat.Q4_1.gguf"
 MMPROJ = "mmproj-tiny.gguf"

@@ -82,7 +82,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     for a in ("--replica", s.base_url.removeprefix("http://"))]
     # The repository's configuration, with this test's addresses.
     config.write_text(subprocess.run(
-        [sys.executable, "scripts/haproxy_config.py", "--listen", f"127.0.0.1:{port}",
+        [sys.executable, "scripts/deploy/haproxy_config.py", "--listen", f"127.0.0.1:{port}",
          "--stats", f"127.0.0.1:{stats_port}", "--foreground", *replica_args],
         cwd=ROOT, capture_output=True, text=True, check=True).stdout)
     log = tmp / "haproxy.log"

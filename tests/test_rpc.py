@@ -2,7 +2,7 @@
 local-only server of the same build, weights held by every server, and a server killed
 mid-stream failing the stream cleanly while the process keeps answering /health.
 
-Needs the RPC build of scripts/build-rpc.sh (CI makes or reuses it); skipped without it.
+Needs the RPC build of scripts/build/build-rpc.sh (CI makes or reuses it); skipped without it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from edge_server.engine.backend.rpc_devices import (
 BUILD = rpc_build_dir()
 BUILT = (BUILD / ".complete").is_file()
 needs_build = pytest.mark.skipif(
-    not BUILT, reason=f"no RPC build of llama.cpp at {BUILD}: run scripts/build-rpc.sh")
+    not BUILT, reason=f"no RPC build of llama.cpp at {BUILD}: run scripts/build/build-rpc.sh")
 RPC_ENV = {"LLAMA_CPP_LIB_PATH": str(BUILD / "lib"), "MTMD_CPP_LIB": str(BUILD / "lib")}
 SMALL = ("--parallel", "1", "--ctx-size", "2048")
 PROMPTS = ["The history of the bicycle begins", "def fibonacci(n):",

@@ -20,7 +20,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from browser import (
+from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server, write_test_projector
+from PIL import Image
+from test_second_model import GEMMA_TEMPLATE, gemma_gguf
+
+from edge_testkit.browser import (
     DESKTOP,
     PHONE,
     browser,
@@ -30,9 +34,6 @@ from browser import (
     set_viewport,
     wait_for,
 )
-from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server, write_test_projector
-from PIL import Image
-from test_second_model import GEMMA_TEMPLATE, gemma_gguf
 
 GEMMA = "gemma3-270m"
 # The state of answer number `count`: its state, text length, stats line and failure.

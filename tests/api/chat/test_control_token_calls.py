@@ -1,6 +1,6 @@
 """Tool calls whose markers are control tokens, on models with real vocabularies.
 
-Each family's model is the tiny random model of scripts/make_test_vocab_model.py with
+Each family's model is the tiny random model of edge_testkit/models/make_test_vocab_model.py with
 that family's real tokenizer (llama.cpp's models/ggml-vocab-*.gguf) and chat template
 (models/templates): its markers are control tokens with the real ids, which llama.cpp
 does not render as text unless asked. A GBNF `grammar` makes the model write the

@@ -1,5 +1,5 @@
 """POST /v1/rerank (and /rerank, /v1/reranking, /reranking) end to end on a reranker: the
-tiny random BERT of scripts/make_test_reranker.py (rank pooling, a classifier head, a
+tiny random BERT of edge_testkit/models/make_test_reranker.py (rank pooling, a classifier head, a
 WordPiece vocabulary), served by the real server. Scores are checked against themselves
 (each pair scored alone, in any batch, in any order), the pair layout by its token count,
 the shapes of Jina/Cohere and TEI answers, OpenAI-style 400s naming the field, and the
@@ -8,16 +8,16 @@ refusals of every other kind of work by name."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import ROOT, RunningServer, start_server, stop_server, write_test_reranker
+from conftest import RunningServer, start_server, stop_server, write_test_reranker
 
 from edge_server.api.rerank.protocol import MAX_RERANK_DOCUMENTS, RerankResponse
+from edge_testkit.models import make_test_fim_model
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [
@@ -236,12 +236,7 @@ def test_a_model_that_is_no_reranker_is_refused(http: httpx.Client) -> None:
 
 
 def write_causal_reranker(path: Path, **kwargs: Any) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "make_test_fim_model", ROOT / "scripts" / "make_test_fim_model.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script.write_model(path, rank_pooling=True, **kwargs)  # type: ignore[no-any-return]
+    return make_test_fim_model.write_model(path, rank_pooling=True, **kwargs)
 
 
 def test_causal_reranker_needs_its_rerank_template(tmp_path: Path) -> None:
