@@ -1,4 +1,4 @@
-"""Edge values in every numeric field of every door, for tests/test_fuzz.py and
+"""Edge values in every numeric field of every door, for tests/fuzz/test_fuzz.py and
 scripts/soak/fuzz.py: integers at and around the bounds of C types and of the model served
 (n_ctx, n_vocab), floats at their limits, and strings that spell numbers.
 

@@ -1,4 +1,4 @@
-"""Mutated requests for fuzzing the server over HTTP, shared by tests/test_fuzz.py and
+"""Mutated requests for fuzzing the server over HTTP, shared by tests/fuzz/test_fuzz.py and
 scripts/soak/fuzz.py, and `judge()`: the one place that says which answers are failures.
 
 A case is raw bytes, not a dict, so that bodies no Python object serialises to (numbers

@@ -1,4 +1,4 @@
-"""A fuzzing campaign against the real server: the generators of tests/test_fuzz.py, run
+"""A fuzzing campaign against the real server: the generators of tests/fuzz/test_fuzz.py, run
 for many more requests, with figures at the end.
 
     .venv/bin/python scripts/soak/fuzz.py --requests 10000              # starts its own server

@@ -14,7 +14,8 @@ from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_traci
 from conftest import DEFAULT_MODEL, RunningServer
 from openai.types.responses import Response
 from test_stored_responses import check_continues
-from test_tools import ADD
+
+from edge_testkit.tools import ADD
 
 ADD_TOOL = {"type": "function", **ADD}
 

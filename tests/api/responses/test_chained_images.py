@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
-from test_image_urls import origin, projector
+
+from edge_testkit.images import origin, projector
 
 __all__ = ["origin", "projector"]
 

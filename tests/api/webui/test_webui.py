@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server, write_test_projector
 from PIL import Image
-from test_second_model import GEMMA_TEMPLATE, gemma_gguf
 
 from edge_testkit.browser import (
     DESKTOP,
@@ -34,6 +33,7 @@ from edge_testkit.browser import (
     set_viewport,
     wait_for,
 )
+from edge_testkit.models.gemma import GEMMA_TEMPLATE, gemma_gguf
 
 GEMMA = "gemma3-270m"
 # The state of answer number `count`: its state, text length, stats line and failure.

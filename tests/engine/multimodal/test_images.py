@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from conftest import (
     DEFAULT_MODEL,
@@ -28,13 +27,7 @@ from conftest import (
 )
 from PIL import Image
 
-IMAGE_TOKENS = 16  # (32 / 8) ** 2 patches of the test projector
-
-def png_url(seed: int, size: tuple[int, int] = (48, 40)) -> str:
-    pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+from edge_testkit.images import IMAGE_TOKENS, chat, png_url, stats
 
 
 @pytest.fixture(scope="module")
@@ -47,23 +40,10 @@ def vision(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     stop_server(server)
 
 
-def chat(server: RunningServer, *images: str, question: str = "What is in the picture?",
-         **extra) -> httpx.Response:
-    parts = [{"type": "image_url", "image_url": {"url": u}} for u in images]
-    parts.append({"type": "text", "text": question})
-    return httpx.post(f"{server.v1}/chat/completions", timeout=120, json={
-        "model": DEFAULT_MODEL, "messages": [{"role": "user", "content": parts}],
-        "max_tokens": 6, "temperature": 0, **extra})
-
-
 def first_token_distribution(response: httpx.Response) -> dict[str, float]:
     assert response.status_code == 200, response.text
     first = response.json()["choices"][0]["logprobs"]["content"][0]
     return {t["token"]: round(t["logprob"], 2) for t in first["top_logprobs"]}
-
-
-def stats(server: RunningServer) -> dict[str, int]:
-    return httpx.get(f"{server.base_url}/health").json()["models"][DEFAULT_MODEL]
 
 
 def test_models_list_the_image_input(vision: RunningServer) -> None:

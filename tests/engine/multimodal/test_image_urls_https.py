@@ -24,8 +24,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from test_image_urls import Origin
-from test_images import chat
+
+from edge_testkit.images import Origin, chat
 
 PARAM = "messages[0].content[0].image_url.url"
 

@@ -11,12 +11,12 @@ import httpx
 import openai
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
-from test_second_model import GEMMA_TEMPLATE, gemma_gguf
 
 from edge_server.catalogue.pool import ModelPool
 from edge_server.catalogue.spec import ModelSpec, UnknownModel
 from edge_server.catalogue.store import RegistryError, load_registry
 from edge_server.cli import main
+from edge_testkit.models.gemma import GEMMA_TEMPLATE, gemma_gguf
 
 GEMMA = "gemma3-270m"
 MSG = [{"role": "user", "content": "Hi"}]

@@ -22,7 +22,8 @@ import httpx
 import numpy as np
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server, write_test_projector
-from test_images import chat, png_url, stats
+
+from edge_testkit.images import chat, png_url, stats
 
 TILE_TOKENS = 4  # a 32-pixel tile: 4 x 4 patches, merged 2 x 2
 

@@ -20,9 +20,9 @@ from conftest import DEFAULT_MODEL, RunningServer
 from openai.types.responses import Response
 from test_client_agents import pet_recorder
 from test_client_compat import PET_PROMPT, Pet
-from test_tools import ADD, Paint
 
 from edge_server.api.responses.streaming import OutputItems
+from edge_testkit.tools import ADD, Paint
 
 LONG_TEXT = {"type": "json_schema", "name": "t",
              "schema": {"type": "string", "pattern": "^[a-z ]{200,400}$"}}
