@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "systemd" / "haproxy" / "edge-server.cfg"
+TEMPLATE = Path(__file__).resolve().parents[2] / "systemd" / "haproxy" / "edge-server.cfg"
 
 
 def render(template: str, listen: str, replicas: list[str], stats: str | None = None,
