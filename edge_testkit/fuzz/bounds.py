@@ -1,5 +1,5 @@
 """Requests at and past the memory bounds (one answer's size, /tokenize, /detokenize),
-for tests/fuzz/test_fuzz.py and scripts/soak/fuzz.py; see fuzz_strategies for the other cases."""
+for tests/fuzz/test_fuzz.py and scripts/soak/fuzz.py; see `strategies` for the other cases."""
 
 from __future__ import annotations
 

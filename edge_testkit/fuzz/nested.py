@@ -1,5 +1,5 @@
 """Fuzzing /v1/messages with tool inputs nested at every depth, around the bound of 64
-levels that request bodies and returned tool inputs share (see fuzz_strategies for the
+levels that request bodies and returned tool inputs share (see `strategies` for the
 other generators)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Mutated requests to Ollama's API (/api/*) for the fuzz campaign, built from the values
-of fuzz_strategies; fuzz_judge judges their answers in Ollama's shapes (NDJSON streams,
+of `strategies`; `judge` judges their answers in Ollama's shapes (NDJSON streams,
 {"error": "..."} errors), and /api/create with /api/blobs (model_file_cases: Modelfiles up
 to their bound, uploads of a few MiB). /api/pull and /api/delete are left out: they reach
 the network and delete saved models."""

@@ -1,9 +1,9 @@
 """Fuzzing through the real server over HTTP: mutated requests to every door (Ollama's
 /api/* too), generated JSON schemas, broken JSON. Every answer must be one the server may
-give (a 2xx, a 4xx in the door's error shape, or a 503/429 for overload; see `judge` in
-fuzz_judge), come
-within the time limit on a connection that stays up, and the server must serve normally
-afterwards. scripts/soak/fuzz.py runs the same generators for far longer."""
+give (a 2xx, a 4xx in the door's error shape, or a 503/429 for overload; see
+edge_testkit.fuzz.judge), come within the time limit on a connection that stays up, and
+the server must serve normally afterwards. scripts/soak/fuzz.py runs the same generators
+for far longer."""
 
 from __future__ import annotations
 
