@@ -7,7 +7,7 @@ the exact installed version, from the package registry) and the parts asked for 
 extracted into a cache outside the checkout:
 `${EDGE_SERVER_LLAMA_SOURCES:-${XDG_CACHE_HOME:-~/.cache}/edge-server/llama-sources-<v>}`.
 
-Run as a script, it prints the directory of `vendor/llama.cpp`.
+`python -m edge_testkit.models.llama_sources` prints the directory of `vendor/llama.cpp`.
 """
 
 from __future__ import annotations
