@@ -9,6 +9,8 @@ the server.
 - `edge_testkit.fuzz`: the request generators and the judge of the fuzz test and campaign.
 - `edge_testkit.soak`: soaks that a test runs briefly and a script runs for longer.
 - `edge_testkit.browser`: headless chromium for the chat-page tests.
+- `edge_testkit.images`, `edge_testkit.tools`: image helpers (data URLs, a local image
+  origin) and tool definitions that suites in several folders send.
 - `edge_testkit.measure`: small helpers for fair measurements.
 
 It is installed with the project (`pip install -e .`) so that neither tests nor scripts
