@@ -14,7 +14,7 @@ if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 \
         chromium chromium-driver) >/dev/null 2>&1 \
         || echo "warning: could not install chromium, the browser tests will skip" >&2
 fi
-.venv/bin/ruff check edge_server tests scripts
+.venv/bin/ruff check edge_server edge_testkit tests scripts
 # The architecture (import contracts in pyproject.toml) and the type hints are checked too:
 # a layer importing upward, an import cycle or a name an import missed fails here.
 .venv/bin/lint-imports --no-cache

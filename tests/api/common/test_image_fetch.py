@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server, write_test_projector
-from test_image_urls import RELEASE, Origin
-from test_images import chat, png_url
+
+from edge_testkit.images import RELEASE, Origin, chat, png_url
 
 DEADLINE_S = 5  # --image-url-timeout of the server whose origin trickles
 FETCH_THREADS = 4  # edge_server.api.common.image_input.image_fetch.FETCH_THREADS

@@ -1,7 +1,7 @@
 """Answers waiting for their readers are bounded: a connection behind for --send-timeout
 is closed however it drains meanwhile, and over --limit-concurrency a request is
 answered 503 in the OpenAI error shape. The bound on all of them together
-(--send-buffer-mb) takes minutes to reach: scripts/bench_slow_readers.py --check."""
+(--send-buffer-mb) takes minutes to reach: scripts/bench/bench_slow_readers.py --check."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server
-from local_hub import LocalHub
 
 from edge_server.catalogue.default_model import default_model_path
 from edge_server.catalogue.names import MAX_RUNTIME_NAMES
+from edge_testkit.servers.local_hub import LocalHub
 
 USER, ADMIN = "user-key", "admin-key"
 HUB_REPO, HUB_FILE = "edge-test/other-GGUF", "other-Q4_1.gguf"

@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 from conftest import RunningServer, start_server, stop_server
-from local_hub import LocalHub
+
+from edge_testkit.servers.local_hub import LocalHub
 
 REPO = "edge-test/slow-GGUF"
 SIZE = 6 * 2**20

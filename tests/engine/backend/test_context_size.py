@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import RunningServer, start_server, stop_server
-from test_second_model import gemma_gguf
 
 from edge_server.catalogue.budget import memory_budget_bytes
 from edge_server.engine.backend.context_size import default_context
+from edge_testkit.models.gemma import gemma_gguf
 
 SMOLLM2_TRAINED = 8192
 SMOLLM2_CELL = 23040  # KV bytes of a token: 30 layers x 3 KV heads x 64 x 2 (K, V) x f16

@@ -1,7 +1,7 @@
 """Prompt reuse, drafting and `n` choices on every kind of model memory, through the real
 server: plain attention with experts (qwen3moe), a sliding window (gemma3), hybrid
 attention and recurrent layers (qwen35, lfm2, nemotron_h, granitehybrid) and recurrent
-only (mamba2), each a tiny random model of scripts/make_test_arch_model.py.
+only (mamba2), each a tiny random model of edge_testkit/models/make_test_arch_model.py.
 
 Each greedy answer must be the one a reference server gives from an empty context
 (`--parallel 1 --prompt-cache-mb 0 --draft-max 0`): a KV stream or recurrent state that

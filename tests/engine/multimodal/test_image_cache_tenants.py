@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from conftest import DEFAULT_MODEL, RunningServer, start_server, stop_server, write_test_projector
-from test_images import png_url
+
+from edge_testkit.images import png_url
 
 KEY_A, KEY_B, ADMIN = "image-tenant-a", "image-tenant-b", "image-tenant-admin"
 

@@ -34,7 +34,7 @@ _DEV_TYPE_CPU, _DEV_TYPE_GPU, _DEV_TYPE_IGPU = 0, 1, 2
 
 
 def rpc_build_dir() -> Path:
-    """Where scripts/build-rpc.sh puts rpc-server and the RPC-enabled libraries of the
+    """Where scripts/build/build-rpc.sh puts rpc-server and the RPC-enabled libraries of the
     installed llama-cpp-python's llama.cpp."""
     if os.environ.get("EDGE_SERVER_RPC_BUILD"):
         return Path(os.environ["EDGE_SERVER_RPC_BUILD"])
@@ -117,7 +117,7 @@ def greet(endpoint: Endpoint) -> str:
     if major != _PROTO_MAJOR:
         raise RpcError(f"RPC server {endpoint} speaks RPC protocol {version}, this llama.cpp "
                        f"needs {_PROTO_MAJOR}.x: build rpc-server from the same llama.cpp "
-                       "(scripts/build-rpc.sh)")
+                       "(scripts/build/build-rpc.sh)")
     return version
 
 
@@ -182,7 +182,7 @@ def _require_rpc() -> None:
     if not lc.llama_supports_rpc():
         built = rpc_build_dir()
         hint = (f"set LLAMA_CPP_LIB_PATH={built / 'lib'}" if (built / ".complete").is_file()
-                else "run scripts/build-rpc.sh and set LLAMA_CPP_LIB_PATH")
+                else "run scripts/build/build-rpc.sh and set LLAMA_CPP_LIB_PATH")
         raise RpcError(f"--rpc needs llama.cpp built with -DGGML_RPC=on: {hint} (see the "
                        "docs/deployment.md)")
 

@@ -1,0 +1,1 @@
+"""Soaks that a test runs briefly and a script under scripts/soak/ runs for longer."""
