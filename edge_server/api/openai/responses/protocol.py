@@ -216,6 +216,15 @@ class ResponseObject(BaseModel):
     top_p: float | None = None
     truncation: str = "disabled"
     user: str | None = None
+    completed_at: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    top_logprobs: int = 0
+    max_tool_calls: int | None = None
+    background: bool = False
+    service_tier: str = "default"
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
 
 class DeletedResponse(BaseModel):

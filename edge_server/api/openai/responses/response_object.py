@@ -29,9 +29,18 @@ def shell(req: ResponsesRequest, engine: Engine, *, stored: bool) -> dict[str, A
         "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt
                  else {"type": "text"}},
         "tool_choice": _echo_choice(req),
-        "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+        # Every key of the schema's FunctionTool, null where the request gave none.
+        "tools": [{"type": t.type, "name": t.name, "description": t.description,
+                   "parameters": t.parameters, "strict": t.strict} for t in req.tools or []],
         "top_p": 1.0 if req.top_p is None else req.top_p,
         "truncation": "disabled", "user": req.user,
+        # Settings the Open Responses schema requires in every response object, echoed
+        # as served: no penalties, top_logprobs and max_tool_calls are refused by name,
+        # and nothing runs in the background.
+        "completed_at": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+        "top_logprobs": 0, "max_tool_calls": None, "background": False,
+        "service_tier": "default", "safety_identifier": req.safety_identifier,
+        "prompt_cache_key": req.prompt_cache_key,
     }
 
 
@@ -52,6 +61,7 @@ def final(shell: dict[str, Any], items: OutputItems, handle: RequestHandle, engi
     return {
         **shell,
         "status": "incomplete" if incomplete else "completed",
+        "completed_at": None if incomplete else now(),
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
         "output": items.items,
         "output_text": items.output_text,

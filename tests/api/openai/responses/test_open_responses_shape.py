@@ -1,0 +1,105 @@
+"""Response objects as the Open Responses specification's schema has them: every
+property it requires, typed as it types them, in the answer, in the stream's
+`response.created` and its last event (`response.completed` or `.incomplete`), and in
+what GET /v1/responses/{id} returns; each echoed function tool carries all of
+FunctionTool's keys."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import jsonschema
+from conftest import DEFAULT_MODEL
+
+NULLABLE_INT = {"type": ["integer", "null"]}
+NULLABLE_STRING = {"type": ["string", "null"]}
+# The required properties of the specification's ResponseResource, with the types it
+# gives them (objects whose inner shape other tests check are typed loosely here).
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [
+        "id", "object", "created_at", "completed_at", "status", "incomplete_details",
+        "model", "previous_response_id", "instructions", "output", "error", "tools",
+        "tool_choice", "truncation", "parallel_tool_calls", "text", "top_p",
+        "presence_penalty", "frequency_penalty", "top_logprobs", "temperature",
+        "reasoning", "user", "usage", "max_output_tokens", "max_tool_calls", "store",
+        "background", "service_tier", "metadata", "safety_identifier", "prompt_cache_key",
+    ],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "response"},
+        "created_at": {"type": "integer"},
+        "completed_at": NULLABLE_INT,
+        "status": {"type": "string"},
+        "incomplete_details": {"type": ["object", "null"]},
+        "model": {"type": "string"},
+        "previous_response_id": NULLABLE_STRING,
+        "instructions": NULLABLE_STRING,
+        "output": {"type": "array"},
+        "error": {"type": ["object", "null"]},
+        "tools": {"type": "array", "items": {
+            "type": "object",
+            "required": ["type", "name", "description", "parameters", "strict"],
+            "properties": {"type": {"const": "function"}, "name": {"type": "string"},
+                           "description": NULLABLE_STRING,
+                           "parameters": {"type": ["object", "null"]},
+                           "strict": {"type": ["boolean", "null"]}}}},
+        "tool_choice": {"type": ["string", "object"]},
+        "truncation": {"enum": ["auto", "disabled"]},
+        "parallel_tool_calls": {"type": "boolean"},
+        "text": {"type": "object"},
+        "top_p": {"type": "number"},
+        "presence_penalty": {"type": "number"},
+        "frequency_penalty": {"type": "number"},
+        "top_logprobs": {"type": "integer"},
+        "temperature": {"type": "number"},
+        "reasoning": {"type": ["object", "null"]},
+        "user": NULLABLE_STRING,
+        "usage": {"type": ["object", "null"]},
+        "max_output_tokens": NULLABLE_INT,
+        "max_tool_calls": NULLABLE_INT,
+        "store": {"type": "boolean"},
+        "background": {"type": "boolean"},
+        "service_tier": {"type": "string"},
+        "metadata": {"type": "object"},
+        "safety_identifier": NULLABLE_STRING,
+        "prompt_cache_key": NULLABLE_STRING,
+    },
+}
+TOOL = {"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+BODY = {"model": DEFAULT_MODEL, "input": "Say hi.", "max_output_tokens": 4,
+        "tools": [TOOL], "safety_identifier": "user-1", "prompt_cache_key": "k1"}
+
+
+def test_the_answer_and_the_stored_response_have_every_required_property(
+        http: httpx.Client) -> None:
+    r = http.post("/v1/responses", json=BODY)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    jsonschema.validate(answer, RESPONSE_SCHEMA)
+    assert answer["tools"][0]["description"] is None and answer["tools"][0]["strict"] is None
+    assert answer["safety_identifier"] == "user-1" and answer["prompt_cache_key"] == "k1"
+    assert (answer["completed_at"] is None) == (answer["status"] == "incomplete")
+    if answer["completed_at"] is not None:
+        assert answer["completed_at"] >= answer["created_at"]
+    stored = http.get(f"/v1/responses/{answer['id']}")
+    assert stored.status_code == 200, stored.text
+    jsonschema.validate(stored.json(), RESPONSE_SCHEMA)
+
+
+def test_the_stream_carries_the_whole_object_from_its_first_event(
+        http: httpx.Client) -> None:
+    with http.stream("POST", "/v1/responses", json={**BODY, "stream": True}) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[len("data: "):]) for line in r.iter_lines()
+                  if line.startswith("data: ")]
+    by_type = {event["type"]: event for event in events}
+    created = by_type["response.created"]
+    done = by_type.get("response.completed") or by_type["response.incomplete"]
+    for event in (created, done):
+        jsonschema.validate(event["response"], RESPONSE_SCHEMA)
+    assert created["response"]["completed_at"] is None
+    assert created["response"]["status"] == "in_progress"
