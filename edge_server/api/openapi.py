@@ -48,6 +48,7 @@ from edge_server.api.openai.models import HealthResponse, ModelCard, ModelList
 from edge_server.api.openai.responses.protocol import (
     DeletedResponse,
     InputItemList,
+    InputTokens,
     ResponseObject,
     ResponsesRequest,
 )
@@ -102,6 +103,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "createResponse", "A model response (OpenAI's Responses API), stored unless "
         "`store: false`; `previous_response_id` continues a stored one",
         ResponsesRequest, ResponseObject, streams=True, errors=_MODEL_ERRORS,
+        not_found="Unknown model, or unknown previous_response_id"),
+    ("POST", "/v1/responses/input_tokens"): Operation(
+        "countResponseInputTokens", "Input tokens a Responses request would evaluate (its "
+        "conversation, instructions and tools included); nothing is generated or stored",
+        ResponsesRequest, InputTokens, errors=_MODEL_ERRORS,
         not_found="Unknown model, or unknown previous_response_id"),
     ("GET", "/v1/responses/{response_id}"): Operation(
         "getResponse", "A stored response, as it was answered", response=ResponseObject,

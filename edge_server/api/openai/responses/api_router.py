@@ -90,6 +90,20 @@ async def create_response(request: Request) -> Response:
         return lease.answer(answer)
 
 
+async def count_input_tokens(request: Request) -> Response:
+    body = await parse_body(request, ResponsesRequest, on_invalid=_named)
+    check_fields(body, stateful=_store(request) is not None)
+    previous = None
+    if body.previous_response_id is not None:
+        previous = await _conversation(request, body.previous_response_id,
+                                       "previous_response_id")
+    stored = previous.turns if previous is not None else None
+    async with leased_model(request, body.model) as lease:
+        with fetched_images(await fetch_image_urls(body, lease.engine, also=stored)):
+            answer = await _serving.input_tokens(body, lease.engine, previous=previous)
+        return lease.answer(answer)
+
+
 async def retrieve_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     store = _store(request)
@@ -140,6 +154,7 @@ def _page_json(turns: list[dict[str, Any]], after: str | None, limit: int,
 
 routes = [
     Route("/v1/responses", create_response, methods=["POST"]),
+    Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

@@ -227,6 +227,13 @@ class ResponseObject(BaseModel):
     prompt_cache_key: str | None = None
 
 
+class InputTokens(BaseModel):
+    """What POST /v1/responses/input_tokens answers."""
+
+    object: Literal["response.input_tokens"] = "response.input_tokens"
+    input_tokens: int
+
+
 class DeletedResponse(BaseModel):
     """What DELETE /v1/responses/{id} answers."""
 

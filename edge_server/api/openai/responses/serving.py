@@ -38,7 +38,7 @@ from edge_server.api.openai.responses.chain_bound import chain_limit, check_chai
 from edge_server.api.openai.responses.continuation import Continuing
 from edge_server.api.openai.responses.conversation import chat_messages
 from edge_server.api.openai.responses.items import stored_input
-from edge_server.api.openai.responses.protocol import ResponsesRequest
+from edge_server.api.openai.responses.protocol import InputTokens, ResponsesRequest
 from edge_server.api.openai.responses.store import (
     Continuation,
     ResponseRecord,
@@ -247,6 +247,16 @@ class ResponsesServing:
         if keeper is not None:
             await keeper.keep(final, result.token_ids)
         return JSONResponse(final)
+
+
+    async def input_tokens(self, req: ResponsesRequest, engine: Engine, *,
+                           previous: StoredResponse | None) -> Response:
+        """POST /v1/responses/input_tokens: the tokens the request's input (with the
+        conversation `previous` continues, its instructions and tools) would evaluate,
+        prepared exactly as `create` prepares it; nothing is generated or stored."""
+        turn = await off_loop(_prepare, req, engine, previous)
+        counted = InputTokens(input_tokens=len(turn.prepared.request.prompt_tokens))
+        return JSONResponse(counted.model_dump())
 
 
 async def _stream(http: Request, handle: RequestHandle, shell: dict[str, Any],

@@ -103,3 +103,25 @@ def test_the_stream_carries_the_whole_object_from_its_first_event(
         jsonschema.validate(event["response"], RESPONSE_SCHEMA)
     assert created["response"]["completed_at"] is None
     assert created["response"]["status"] == "in_progress"
+
+
+def test_input_tokens_counts_what_the_response_evaluates(http: httpx.Client) -> None:
+    """POST /v1/responses/input_tokens: the prompt tokens the same request's answer
+    reports as `usage.input_tokens`, a conversation continued by previous_response_id
+    included; nothing is stored."""
+    body = {"model": DEFAULT_MODEL, "input": "Name a colour.", "instructions": "Be brief.",
+            "tools": [TOOL]}
+    counted = http.post("/v1/responses/input_tokens", json=body)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["object"] == "response.input_tokens"
+    answered = http.post("/v1/responses", json={**body, "max_output_tokens": 2}).json()
+    assert counted.json()["input_tokens"] == answered["usage"]["input_tokens"]
+    follow = {"model": DEFAULT_MODEL, "input": "Another.",
+              "previous_response_id": answered["id"]}
+    more = http.post("/v1/responses/input_tokens", json=follow)
+    assert more.status_code == 200, more.text
+    next_answer = http.post("/v1/responses", json={**follow, "max_output_tokens": 2}).json()
+    assert more.json()["input_tokens"] == next_answer["usage"]["input_tokens"]
+    # Refused as the create route refuses: by name, before any model work.
+    bad = http.post("/v1/responses/input_tokens", json={**body, "top_logprobs": 2})
+    assert bad.status_code == 400 and "top_logprobs" in bad.text
