@@ -110,6 +110,30 @@ def test_openai_tool_call_cut_by_length(client: openai.OpenAI) -> None:
     assert call.function.arguments.lstrip().startswith("{")
 
 
+def test_openai_tool_call_cut_before_its_name_is_still_the_call(client: openai.OpenAI) -> None:
+    """Cut within the family's call markers (a handful of tokens), the forced call still
+    comes back as the named tool's call, never as the markers in `content`, plain and
+    streamed."""
+    args: dict[str, Any] = dict(
+        model=DEFAULT_MODEL,
+        messages=[{"role": "user", "content": TOOL_QUESTION}],
+        tools=[PET_AGE_TOOL],
+        tool_choice=named("pet_age"),
+        temperature=0,
+    )
+    for max_tokens in (1, 2, 3, 5):
+        choice = client.chat.completions.create(**args, max_tokens=max_tokens).choices[0]
+        assert choice.finish_reason == "length"
+        assert choice.message.content is None, (max_tokens, choice.message.content)
+        [call] = choice.message.tool_calls
+        assert call.id and call.function.name == "pet_age"
+        chunks = list(client.chat.completions.create(**args, max_tokens=max_tokens,
+                                                     stream=True))
+        assert not any(c.choices and c.choices[0].delta.content for c in chunks), max_tokens
+        calls = accumulate_tool_calls(chunks)
+        assert [c["name"] for c in calls.values()] == ["pet_age"], max_tokens
+
+
 def legacy_function() -> dict[str, Any]:
     return dict(PET_AGE_TOOL["function"])
 

@@ -83,7 +83,14 @@ class ChoiceOutput:
 
     def finish(self) -> list[dict[str, Any]]:
         """Deltas of what was held back until the end."""
-        return self._deltas(self._parser.finish() if self._parser else [], end=True)
+        events = self._parser.finish() if self._parser else []
+        tools = self._tools
+        if tools is not None and tools.forced and not self._calls and len(tools.names) == 1 \
+                and not any(isinstance(e, CallStart) for e in events):
+            # A forced call cut off before its name was read is still that tool's call,
+            # with the arguments it got (none), as OpenAI answers one cut by max_tokens.
+            events.append(CallStart(0, tools.fmt.new_id(), tools.names[0]))
+        return self._deltas(events, end=True)
 
     def finish_reason(self, engine_reason: FinishReason | None) -> ChatFinishReason | None:
         """Calls end the answer with `tool_calls` (`function_call`), unless it was cut
@@ -147,7 +154,10 @@ class ChoiceOutput:
                 self._reasoning.append(event.text)
                 deltas.append({"reasoning_content": event.text})
             elif isinstance(event, Content):
-                if not event.text:
+                # A forced answer is one call (its grammar has no room for text): what
+                # the parser gives back as text is the envelope of a call cut off before
+                # it could be read, never content.
+                if not event.text or (self._tools is not None and self._tools.forced):
                     continue
                 self._content.append(event.text)
                 if deltas and set(deltas[-1]) == {"reasoning_content"}:

@@ -19,6 +19,7 @@ from edge_server.api.openai.chat.tool_parsers import (
     CallArguments,
     CallStart,
     Content,
+    ToolCallFormat,
     call_parser,
     format_for_template,
     think_markers,
@@ -78,31 +79,39 @@ FORMATS = sorted({format_for_template(template_source(c["template"]), True).name
                   for c in CASES}.items())
 
 
+ADD = Tool.model_validate({"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "s": {"type": "string"}},
+    "required": ["a", "s"]}}})
+FORCED_FORMATS = [(n, t) for n, t in FORMATS
+                  if format_for_template(template_source(t), True).forced]
+
+
+def forced_text(fmt: ToolCallFormat) -> str:
+    """What a forced call's grammar writes for add(a=1, s="x"): its template filled in."""
+    if fmt.layout is None:
+        return fmt.forced.replace("{call}", '{"name": "add", "arguments": {"a": 1, "s": "x"}}')
+    params = "".join(fmt.forced_param.replace("{key}", k).replace("{value}", v)
+                     for k, v in (("a", "1"), ("s", "x")))
+    call = (fmt.forced_call.replace("{name}", "add").replace("{args}", '{"a": 1, "s": "x"}')
+            .replace("{params}", params))
+    return fmt.forced.replace("{calls}", call)
+
+
 @pytest.mark.parametrize(("name", "template"), FORMATS, ids=[n for n, _ in FORMATS])
 def test_a_call_written_as_forced_reads_back(name: str, template: str) -> None:
     """The text a forced call's grammar writes (its template filled in) is read back as
     that call by the family's own parser; families without a forced form get none."""
     fmt = format_for_template(template_source(template), True)
-    tool = Tool.model_validate({"type": "function", "function": {"name": "add", "parameters": {
-        "type": "object", "properties": {"a": {"type": "integer"}, "s": {"type": "string"}},
-        "required": ["a", "s"]}}})
-    grammar = family_call_grammar([tool], fmt, call_grammar([tool]))
+    grammar = family_call_grammar([ADD], fmt, call_grammar([ADD]))
     if not fmt.forced:
         assert grammar is None
         return
     assert grammar is not None and grammar.startswith("root ::= ")
-    if fmt.layout is None:
-        text = fmt.forced.replace("{call}", '{"name": "add", "arguments": {"a": 1, "s": "x"}}')
-    else:
-        params = "".join(fmt.forced_param.replace("{key}", k).replace("{value}", v)
-                         for k, v in (("a", "1"), ("s", "x")))
-        call = (fmt.forced_call.replace("{name}", "add").replace("{args}", '{"a": 1, "s": "x"}')
-                .replace("{params}", params))
-        text = fmt.forced.replace("{calls}", call)
+    text = forced_text(fmt)
     # What the family writes before the call, as the grammar's first literal.
     marker = fmt.forced.partition("{call")[0] or fmt.forced_call.partition("{name}")[0]
     assert literal(marker)[:-1] in grammar.partition("\n")[0]
-    schemas = {"add": tool.function.parameters or {}}
+    schemas = {"add": ADD.function.parameters or {}}
     for pieces in ([text], list(text)):
         parser = call_parser(["add"], fmt, forced=True, schemas=schemas)
         events = [e for p in pieces for e in parser.feed(p)] + parser.finish()
@@ -111,3 +120,26 @@ def test_a_call_written_as_forced_reads_back(name: str, template: str) -> None:
         assert [s.name for s in starts] == ["add"]
         assert json.loads(arguments) == {"a": 1, "s": "x"}
         assert not "".join(e.text for e in events if isinstance(e, Content)).strip()
+
+
+@pytest.mark.parametrize(("name", "template"), FORCED_FORMATS,
+                         ids=[n for n, _ in FORCED_FORMATS])
+def test_a_forced_call_cut_anywhere_is_a_call_never_marker_text(name: str,
+                                                                template: str) -> None:
+    """A forced call cut off at any character (max_tokens) comes back as the call, its
+    arguments as far as they got, with no content: never the family's markers as text,
+    whole or streamed."""
+    fmt = format_for_template(template_source(template), True)
+    mode = ToolMode(names=("add",), fmt=fmt, forced=True, max_calls=1, legacy=False,
+                    schemas={"add": ADD.function.parameters or {}})
+    text = forced_text(fmt)
+    for cut in range(len(text) + 1):
+        for pieces in ([text[:cut]], list(text[:cut])):
+            output = ChoiceOutput(split_reasoning=True, reasoning_opened=False, tools=mode,
+                                  think=think_markers(template_source(template)))
+            deltas = [d for p in pieces for d in output.push(p)] + output.finish()
+            message = output.message()
+            assert message.content is None, (cut, message.content)
+            assert not any("content" in d for d in deltas), (cut, deltas)
+            assert [c["function"]["name"] for c in message.tool_calls or []] == ["add"], cut
+            assert output.finish_reason("length") == "length"
