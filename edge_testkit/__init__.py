@@ -12,6 +12,7 @@ the server.
 - `edge_testkit.images`, `edge_testkit.tools`: image helpers (data URLs, a local image
   origin) and tool definitions that suites in several folders send.
 - `edge_testkit.measure`: small helpers for fair measurements.
+- `edge_testkit.documents`: PDFs written by hand, for the file-input tests.
 
 It is installed with the project (`pip install -e .`) so that neither tests nor scripts
 edit `sys.path` or load each other by file path.

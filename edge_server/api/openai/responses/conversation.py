@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from edge_server.api.common.documents import file_text
 from edge_server.api.http.errors import invalid, unsupported
 from edge_server.api.openai.chat.protocol import ChatMessage, ContentPart, FunctionCall, ToolCall
 from edge_server.api.openai.responses.protocol import (
@@ -116,10 +117,13 @@ def _part_text(parts: str | list[InputPart], where: str) -> str:
         return parts
     texts = []
     for j, part in enumerate(parts):
+        if part.type == "input_file":
+            texts.append(file_text(part.file_data, part.filename, f"{where}[{j}]"))
+            continue
         # A refusal an assistant turn replays carries its text as `refusal`.
         text = part.refusal if part.type == "refusal" else part.text
         if part.type not in _TEXT_PARTS or not isinstance(text, str):
             raise unsupported(f"{where}[{j}]", f"(type `{part.type[:64]}`) is not served: "
-                              "only text and image parts are")
+                              "only text, image and file parts are")
         texts.append(text)
     return "\n".join(texts)

@@ -33,7 +33,7 @@ ItemStatus = Annotated[str, Field(max_length=32)]
 
 
 class InputPart(BaseModel):
-    """A content part; only text and image parts are served (the others are refused by
+    """A content part; text, image and file parts are served (the others are refused by
     name)."""
 
     model_config = _KNOWN_ONLY
@@ -42,6 +42,12 @@ class InputPart(BaseModel):
     refusal: str | None = None  # a refusal an assistant turn replays
     image_url: str | None = None  # input_image: a data URL, or an http(s) one
     detail: str | None = Field(default=None, max_length=16)
+    # input_file: a data URL of a text or PDF file (common/documents.py), and its name;
+    # file_id and file_url are refused by name.
+    file_data: str | None = None
+    filename: str | None = Field(default=None, max_length=256)
+    file_id: str | None = Field(default=None, max_length=256)
+    file_url: str | None = Field(default=None, max_length=2048)
 
 
 class MessageItem(BaseModel):
