@@ -15,6 +15,7 @@ from edge_server.api.common.bounds.prompt_bounds import (
     rendered_too_long,
     too_long,
 )
+from edge_server.api.common.documents import file_text
 from edge_server.api.common.image_input.images import (
     check_image_count,
     decode_image_url,
@@ -70,7 +71,7 @@ def _check_media(messages: list[ChatMessage], engine: Engine) -> None:
             continue
         for j, part in enumerate(message.content):
             param = f"messages[{i}].content[{j}].{part.type}"
-            if part.type == "text":
+            if part.type in ("text", "file"):
                 continue
             if part.type == "image_url" and "image" in engine.modalities:
                 count += 1
@@ -98,6 +99,12 @@ def _message_text(message: ChatMessage, index: int, images: _Images | None) -> s
                 raise invalid(f"messages[{index}].content[{j}]", "images are not read here")
             texts.append(images.sentinel(part.image_url,
                                          f"messages[{index}].content[{j}].image_url"))
+        elif part.type == "file":
+            file = part.file if isinstance(part.file, dict) else {}
+            data, name = file.get("file_data"), file.get("filename")
+            texts.append(file_text(data if isinstance(data, str) else None,
+                                   name if isinstance(name, str) else None,
+                                   f"messages[{index}].content[{j}].file"))
         else:
             texts.append(part.text or "")
     return "\n".join(texts)

@@ -47,11 +47,13 @@ TemplateKwargs = Annotated[dict[str, Any], AfterValidator(_template_kwargs)]
 
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
-    type: Literal["text", "image_url", "video_url", "input_audio"]
+    type: Literal["text", "image_url", "video_url", "input_audio", "file"]
     text: str | None = None
     image_url: dict[str, Any] | str | None = None
     video_url: dict[str, Any] | str | None = None
     input_audio: dict[str, Any] | None = None
+    # {"file_data": a data URL of a text or PDF file, "filename"} (common/documents.py)
+    file: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _text_present(self) -> ContentPart:
