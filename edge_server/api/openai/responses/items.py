@@ -34,6 +34,7 @@ def _stored(item: BaseModel) -> dict[str, Any]:
         for part in data["content"]:
             if part.get("type") == "output_text":  # as the API lists it (none are kept)
                 part.setdefault("annotations", [])
+                part.setdefault("logprobs", [])
     if not isinstance(data.get("id"), str):
         data["id"] = item_id(_ID_PREFIX.get(kind, "item"))
     if kind in _WITH_STATUS:

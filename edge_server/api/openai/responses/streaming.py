@@ -112,7 +112,9 @@ class OutputItems:
         if kind == "message":
             item: dict[str, Any] = {"type": "message", "id": item_id("msg"),
                                     "status": "in_progress", "role": "assistant", "content": []}
-            part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
+            # Every key the schema's OutputTextContent requires (no logprobs are kept).
+            part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": [],
+                                    "logprobs": []}
         else:
             item = {"type": "reasoning", "id": item_id("rs"), "status": "in_progress",
                     "summary": [], "content": []}

@@ -74,12 +74,34 @@ BODY = {"model": DEFAULT_MODEL, "input": "Say hi.", "max_output_tokens": 4,
         "tools": [TOOL], "safety_identifier": "user-1", "prompt_cache_key": "k1"}
 
 
+# Required keys of the specification's output items, content parts and text events.
+ITEM_KEYS = {"message": {"type", "id", "status", "role", "content"},
+             "function_call": {"type", "id", "call_id", "name", "arguments", "status"},
+             "reasoning": {"type", "id", "summary"}}
+OUTPUT_TEXT_KEYS = {"type", "text", "annotations", "logprobs"}
+EVENT_KEYS = {"response.output_text.delta": {"type", "sequence_number", "item_id",
+                                             "output_index", "content_index", "delta",
+                                             "logprobs"},
+              "response.output_text.done": {"type", "sequence_number", "item_id",
+                                            "output_index", "content_index", "text",
+                                            "logprobs"}}
+
+
+def assert_items(items: list[dict[str, Any]]) -> None:
+    for item in items:
+        assert ITEM_KEYS[item["type"]] <= set(item), item
+        for part in item.get("content") or []:
+            if part["type"] == "output_text":
+                assert set(part) >= OUTPUT_TEXT_KEYS, part
+
+
 def test_the_answer_and_the_stored_response_have_every_required_property(
         http: httpx.Client) -> None:
     r = http.post("/v1/responses", json=BODY)
     assert r.status_code == 200, r.text
     answer = r.json()
     jsonschema.validate(answer, RESPONSE_SCHEMA)
+    assert_items(answer["output"])
     assert answer["tools"][0]["description"] is None and answer["tools"][0]["strict"] is None
     assert answer["safety_identifier"] == "user-1" and answer["prompt_cache_key"] == "k1"
     assert (answer["completed_at"] is None) == (answer["status"] == "incomplete")
@@ -101,6 +123,12 @@ def test_the_stream_carries_the_whole_object_from_its_first_event(
     done = by_type.get("response.completed") or by_type["response.incomplete"]
     for event in (created, done):
         jsonschema.validate(event["response"], RESPONSE_SCHEMA)
+    assert_items(done["response"]["output"])
+    for event in events:
+        if event["type"] in EVENT_KEYS:
+            assert EVENT_KEYS[event["type"]] <= set(event), event
+        if event["type"] in ("response.output_item.added", "response.output_item.done"):
+            assert_items([event["item"]])
     assert created["response"]["completed_at"] is None
     assert created["response"]["status"] == "in_progress"
 
