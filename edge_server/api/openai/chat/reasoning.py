@@ -3,6 +3,9 @@ the markers of the model's family (`[THINK]…[/THINK]`, harmony's analysis chan
 tool_parsers.think_markers).
 
 Works on streamed text: a tag split across deltas is held back until it is complete.
+An opening that is prose rather than a tag (Apriel's "Here are my reasoning steps:"),
+written by the template or by the model, is the reasoning's own first words: it stays
+in the reasoning, as llama.cpp's parsers report it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ class ReasoningSplitter:
         self._open, self._close = markers
         self._pending = ""
         self._seen_content = False
+        self._prose_opening = self._open[:1].isalpha()
+        # Told with the first reasoning, where the prompt wrote the opening.
+        self._opening_due = starts_inside and self._prose_opening
 
     def push(self, text: str) -> tuple[str, str]:
         """Returns (reasoning, content) that is now safe to emit."""
@@ -32,6 +38,8 @@ class ReasoningSplitter:
                 self._emit(self._pending[:at], reasoning, content)
                 self._pending = self._pending[at + len(tag) :]
                 self._inside = not self._inside
+                if self._inside and self._prose_opening:
+                    reasoning.append(tag)
                 continue
             hold = _partial_tail(self._pending, tag)
             self._emit(self._pending[: len(self._pending) - hold], reasoning, content)
@@ -50,6 +58,9 @@ class ReasoningSplitter:
         if not text:
             return
         if self._inside:
+            if self._opening_due:
+                reasoning.append(self._open)
+                self._opening_due = False
             reasoning.append(text)
         else:
             # The answer usually starts after a blank line that closes the reasoning.
