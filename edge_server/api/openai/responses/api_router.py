@@ -70,15 +70,21 @@ def _unavailable() -> APIError:
                     type="server_error", code="store_unavailable")
 
 
-async def create_response(request: Request) -> Response:
+async def _turn(request: Request) -> tuple[ResponsesRequest, StoredResponse | None]:
+    """The body, checked before a model is leased (or loaded) for a request it cannot
+    serve, and the stored response its previous_response_id continues."""
     body = await parse_body(request, ResponsesRequest, on_invalid=_named)
-    store = _store(request)
-    # Before a model is leased (or loaded) for a request it cannot serve.
-    check_fields(body, stateful=store is not None)
+    check_fields(body, stateful=_store(request) is not None)
     previous = None
     if body.previous_response_id is not None:
         previous = await _conversation(request, body.previous_response_id,
                                        "previous_response_id")
+    return body, previous
+
+
+async def create_response(request: Request) -> Response:
+    body, previous = await _turn(request)
+    store = _store(request)
     keep_in = store if body.store is not False else None  # OpenAI stores by default
     # A stored turn's http(s) image URLs are fetched again with the new input's: the
     # conversation is rendered whole, images and all, on every turn that has them.
@@ -91,12 +97,7 @@ async def create_response(request: Request) -> Response:
 
 
 async def count_input_tokens(request: Request) -> Response:
-    body = await parse_body(request, ResponsesRequest, on_invalid=_named)
-    check_fields(body, stateful=_store(request) is not None)
-    previous = None
-    if body.previous_response_id is not None:
-        previous = await _conversation(request, body.previous_response_id,
-                                       "previous_response_id")
+    body, previous = await _turn(request)
     stored = previous.turns if previous is not None else None
     async with leased_model(request, body.model) as lease:
         with fetched_images(await fetch_image_urls(body, lease.engine, also=stored)):
