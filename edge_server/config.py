@@ -104,6 +104,13 @@ class ServeOptions:
     max_image_mb: float = _opt(20.0, "largest image file accepted, in MiB")
     max_image_pixels: int = _opt(25_000_000, "largest image accepted, in pixels (width x "
                                  "height); images over 2048 pixels a side are scaled down")
+    lora: list[str] = _opt([], "LoRA adapter GGUF for the default model, FILE or FILE:SCALE "
+                           "(repeatable, at most 16; scale 1 unless given): requests name "
+                           "adapters by id in `lora` (GET /lora-adapters lists them); those "
+                           "that name none get these scales", action="append")
+    lora_init_without_apply: bool = _opt(False, "load --lora adapters at scale 0: applied "
+                                         "only to requests that name them, or after POST "
+                                         "/lora-adapters", action="store_true")
     chat_template_file: Path | None = _opt(
         None, "Jinja chat template overriding the GGUF file's, for the default model")
     n_gpu_layers: int = _opt(-1, "layers offloaded to a GPU backend (default: all; 0: CPU)")

@@ -24,6 +24,7 @@ from edge_server.api.http.metrics import Metrics, RequestCounter, metrics_route
 from edge_server.api.http.replica import ReplicaHeader
 from edge_server.api.llama_server.completion.api_router import routes as native_routes
 from edge_server.api.llama_server.infill.api_router import routes as infill_routes
+from edge_server.api.llama_server.lora_adapters import routes as lora_routes
 from edge_server.api.llama_server.props import routes as props_routes
 from edge_server.api.llama_server.rerank.api_router import routes as rerank_routes
 from edge_server.api.llama_server.slots import routes as slot_routes
@@ -117,7 +118,8 @@ def create_app(
     openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *rerank_routes,
                      *model_routes]
     routes = [*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
-              *native_routes, *tokenize_routes, *props_routes, *slot_routes, *messages_routes,
+              *native_routes, *tokenize_routes, *props_routes, *slot_routes, *lora_routes,
+              *messages_routes,
               *response_routes, *ollama_routes,
               metrics_route(metrics), openapi_route(secured=keyed),
               *(chat_page.routes() if webui else [])]

@@ -31,6 +31,7 @@ from edge_server.api.anthropic.messages.protocol import (
 from edge_server.api.http.errors import ErrorResponse
 from edge_server.api.llama_server.completion.protocol import NativeCompletionRequest, NativeResult
 from edge_server.api.llama_server.infill.protocol import InfillRequest, InfillResponse
+from edge_server.api.llama_server.lora_adapters import LoraAdapterList, LoraApplied, LoraScales
 from edge_server.api.llama_server.props import PropsResponse
 from edge_server.api.llama_server.rerank.protocol import RerankRequest, RerankResponse
 from edge_server.api.llama_server.slots import SlotList
@@ -159,6 +160,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/slots"): Operation(
         "slots", "llama-server's read-only view of each slot of a model (with --slots; "
         "`?model=`, `?fail_on_no_slot=1`)", response=SlotList, errors=(404, 501, 503)),
+    ("GET", "/lora-adapters"): Operation(
+        "listLoraAdapters", "llama-server's list of a model's LoRA adapters and the scales "
+        "requests naming none get (`?model=`; a GET loads no other model)",
+        response=LoraAdapterList, errors=(403, 404, 409, 503)),
+    ("POST", "/lora-adapters"): Operation(
+        "setLoraAdapters", "Sets the scales requests naming no adapters get (adapters left "
+        "out: 0); an admin key where keys are set", LoraScales, LoraApplied,
+        errors=(400, 401, 403, 404, 503)),
     ("POST", "/v1/messages"): Operation(
         "createMessage", "Anthropic Messages API: the next assistant message", MessagesRequest,
         MessagesResponse, streams=True, errors=_MODEL_ERRORS, error=AnthropicErrorResponse,

@@ -37,6 +37,7 @@ from edge_server.catalogue.default_model import (
 )
 from edge_server.catalogue.hub_download import HubDownload, PullError
 from edge_server.config import KV_CACHE_TYPE_NAMES
+from edge_server.engine.backend.lora import LoraSpec, parse_lora_spec
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # An alias holding one of these is a glob pattern (`claude-*`): it answers for every name
@@ -67,6 +68,7 @@ class RegistryEntry:
     keep_alive: float | None = None
     cache_type_k: str | None = None  # None: --cache-type-k
     cache_type_v: str | None = None
+    lora: tuple[LoraSpec, ...] = ()  # adapters loaded with it (paths made absolute)
     embedded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -81,7 +83,7 @@ def embedded_entry() -> RegistryEntry:
 
 _KNOWN_KEYS = {"id", "aliases", "path", "repo", "file", "revision", "sha256", "ctx_size",
                "chat_template_file", "mmproj", "keep_alive", "embedded", "cache_type_k",
-               "cache_type_v"}
+               "cache_type_v", "lora"}
 
 
 def load_registry(path: Path | None) -> list[RegistryEntry]:
@@ -135,12 +137,26 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
             keep_alive=float(raw["keep_alive"]) if "keep_alive" in raw else None,
             cache_type_k=raw.get("cache_type_k"),
             cache_type_v=raw.get("cache_type_v"),
+            lora=_lora(raw, path),
         ))
     names = [n for e in entries for n in e.names]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise RegistryError(f"{path.name}: names used twice: {sorted(duplicates)}")
     return entries
+
+
+def _lora(raw: dict[str, Any], registry: Path) -> tuple[LoraSpec, ...]:
+    """`lora = ["adapter.gguf", "other.gguf:0.5"]`: files (relative ones relative to the
+    registry file), each with its default scale."""
+    value = raw.get("lora", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise RegistryError(f"{registry.name}: lora must be a list of FILE or FILE:SCALE")
+    try:
+        specs = [parse_lora_spec(v) for v in value]
+    except ValueError as exc:
+        raise RegistryError(f"{registry.name}: lora: {exc}") from exc
+    return tuple(LoraSpec(registry.parent / s.path, s.scale) for s in specs)
 
 
 def _mmproj(raw: dict[str, Any], registry: Path) -> str | None:

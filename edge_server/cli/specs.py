@@ -21,6 +21,7 @@ from edge_server.config import (
 
 if TYPE_CHECKING:
     from edge_server.api.openai.responses.store import ResponseStore
+    from edge_server.engine.backend.lora import LoraSpec
 
 
 log = logging.getLogger("edge_server")
@@ -60,8 +61,8 @@ def model_specs(opts: ServeOptions, store: ModelStore):
                          fetch_timeout=opts.image_url_timeout,
                          fetch_networks=tuple(opts.image_url_networks))
 
-    def settings(entry: RegistryEntry, template: Path | None, mmproj: Path | None
-                 ) -> EngineSettings:
+    def settings(entry: RegistryEntry, template: Path | None, mmproj: Path | None,
+                 lora: tuple[LoraSpec, ...] = ()) -> EngineSettings:
         ctx_size = entry.ctx_size
         return EngineSettings(
             context=ContextSettings(
@@ -90,15 +91,16 @@ def model_specs(opts: ServeOptions, store: ModelStore):
             mmproj=mmproj,
             image_limits=limits,
             truncation=opts.truncation,
+            lora=lora or entry.lora,
         )
 
     def spec(entry: RegistryEntry, template: Path | None = None,
-             mmproj: Path | None = None) -> ModelSpec:
+             mmproj: Path | None = None, lora: tuple[LoraSpec, ...] = ()) -> ModelSpec:
         path = store.local_path(entry)
         return ModelSpec(
             entry.id, path, entry.aliases,
             settings(entry, template or entry.chat_template_file,
-                     mmproj or store.mmproj_path(entry)),
+                     mmproj or store.mmproj_path(entry), lora),
             keep_alive=entry.keep_alive,
             missing_reason="" if path else store.missing_reason(entry),
         )
@@ -126,11 +128,30 @@ def model_specs(opts: ServeOptions, store: ModelStore):
         aliases = (name,) if model_id != name and not taken(name) else ()
         entries.append(RegistryEntry(model_id, aliases, path=path))
         default_id = model_id
-    # --chat-template-file and --mmproj apply to the default model only.
+    # --chat-template-file, --mmproj and --lora apply to the default model only.
     templates = {default_id: opts.chat_template_file}
     projectors = {default_id: opts.mmproj}
-    specs = [spec(e, templates.get(e.id), projectors.get(e.id)) for e in entries]
+    adapters = {default_id: _lora_options(opts)}
+    specs = [spec(e, templates.get(e.id), projectors.get(e.id), adapters.get(e.id, ()))
+             for e in entries]
     return specs, default_id, spec
+
+
+def _lora_options(opts: ServeOptions) -> tuple[LoraSpec, ...]:
+    """--lora FILE[:SCALE] (each item may list several, comma-separated, as
+    llama-server's --lora does), at scale 0 with --lora-init-without-apply."""
+    from edge_server.engine.backend.lora import LoraSpec, parse_lora_spec
+
+    specs = []
+    for item in (part for value in opts.lora for part in value.split(",") if part):
+        try:
+            spec = parse_lora_spec(item)
+        except ValueError as exc:
+            raise RegistryError(f"--lora {item}: {exc}") from exc
+        if not spec.path.is_file():
+            raise RegistryError(f"--lora {item}: no such file")
+        specs.append(LoraSpec(spec.path, 0.0) if opts.lora_init_without_apply else spec)
+    return tuple(specs)
 
 
 def response_store(opts: ServeOptions, models_dir: Path) -> ResponseStore | None:

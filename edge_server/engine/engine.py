@@ -12,6 +12,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel, ModelLoadError
+from edge_server.engine.backend.lora import LoraAdapters, LoraSpec
 from edge_server.engine.backend.measure.step_cost import cost_file
 from edge_server.engine.backend.rpc import rpc_guard
 from edge_server.engine.chat_template import CHATML_TEMPLATE, ChatTemplate, RenderedChat
@@ -50,6 +51,7 @@ class EngineSettings:
     # A prompt that outgrows the context: "disabled" (refused) or "auto" (cut to fit by
     # the API layer, api/common/bounds/truncation.py); requests may choose otherwise.
     truncation: str = "disabled"
+    lora: tuple[LoraSpec, ...] = ()  # LoRA adapters loaded with the model (backend/lora.py)
 
 
 def _rpc_error(reason: str) -> EngineError:
@@ -111,8 +113,9 @@ class Engine:
         # The projector's weights (its file: mtmd reads it into buffers of that size).
         self._projector_bytes = (settings.mmproj.stat().st_size
                                  if settings.mmproj is not None and self.projector else 0)
+        self.lora = LoraAdapters(self.model.model, settings.lora)
         self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector,
-                                   step_cost_file=self._step_cost_file())
+                                   step_cost_file=self._step_cost_file(), lora=self.lora)
         self.scheduler.start()
         if self.model.rpc:
             rpc_guard.add_listener(self._on_rpc_lost)
@@ -258,6 +261,13 @@ class Engine:
                               code="model_not_supported")
         if self.model.rpc and rpc_guard.failure():
             raise _rpc_error(rpc_guard.failure() or "")
+        if request.lora is None:
+            request.adapters = self.lora.default_set()
+        else:
+            reason = self.lora.check_request(request.lora)
+            if reason is not None:
+                raise EngineError(f"`lora`: {reason}", status=400, code="invalid_lora")
+            request.adapters = self.lora.requested_set(request.lora)
         return self.scheduler.submit(request)
 
     def _on_rpc_lost(self, reason: str) -> None:
@@ -321,6 +331,7 @@ class Engine:
             "checkpoints": self.scheduler.kv.checkpoint_bytes(),
             "embedding_context": embedder.bytes if embedder is not None else 0,
             "projector": self._projector_bytes,
+            "lora_adapters": self.lora.n_bytes,
             "image_cache": projector.cached_bytes if projector is not None else 0,
         }
 
@@ -328,7 +339,8 @@ class Engine:
         """What the model pool charges this model in its memory budget: its weights, KV
         cache, compute buffers and projector as allocated, and its embedding context
         once made."""
-        return self.model.held_bytes() + self._projector_bytes + self.embedding_bytes
+        return (self.model.held_bytes() + self._projector_bytes + self.lora.n_bytes
+                + self.embedding_bytes)
 
     def stats(self) -> dict[str, int]:
         embedder = self._embedder

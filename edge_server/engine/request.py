@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from edge_server.engine.backend.lora import KEY_SEPARATOR, NO_ADAPTERS, AdapterSet
 from edge_server.engine.errors import EngineCancelled, EngineError
 from edge_server.engine.multimodal.projector import ImageChunk
 from edge_server.engine.sampling.chain import SamplingParams
@@ -52,11 +53,23 @@ class GenerationRequest:
     # Whose cache this prompt may use and fill: prefixes are shared only between requests
     # of the same partition (an opaque id; "" for all when callers are not told apart).
     partition: str = ""
+    # LoRA adapters asked for by id with their scales (llama-server's `lora`: the others
+    # off); None: the model's default scales. The engine resolves it into `adapters`.
+    lora: dict[int, float] | None = None
+    adapters: AdapterSet = NO_ADAPTERS
     # Budgets and limits of code infill (llama-server's fields; any request may set them).
     return_progress: bool = False  # post PromptProgress while the prompt is evaluated
     max_prompt_ms: float | None = None  # prompt evaluation past this ends the request
     max_predict_ms: float | None = None  # generation past this ends at the next newline
     min_indent: int = 0  # a new line indented less than this ends the choice (0: off)
+
+    @property
+    def cache_partition(self) -> str:
+        """Whose cached prefixes this prompt may use: its partition's, under its adapter
+        set (KV computed under other adapters is other KV)."""
+        if self.adapters.empty:
+            return self.partition
+        return f"{self.partition}{KEY_SEPARATOR}{self.adapters.key}"
 
     def check(self, *, n_ctx: int, n_vocab: int) -> None:
         """Refuses what the engine cannot serve: out-of-vocabulary ids, more tokens than

@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 from conftest import ROOT
 from openapi_spec_validator import validate
+from pydantic import RootModel
 from starlette.routing import Route
 
 from edge_server.api.app import create_app
@@ -62,6 +63,9 @@ def test_every_post_has_its_request_schema(doc: dict[str, Any]) -> None:
             assert "requestBody" not in op and path in ("/api/push", "/api/blobs/{digest}")
             continue
         schema = _schema(doc, op["requestBody"]["content"]["application/json"]["schema"])
+        if issubclass(model, RootModel):  # POST /lora-adapters reads an array (llama-server's)
+            assert schema["type"] == "array" and "items" in schema, path
+            continue
         # Generated from the model that validates the body: every field, by its JSON name.
         fields = {f.alias or name for name, f in model.model_fields.items()}
         assert set(schema["properties"]) == fields, path

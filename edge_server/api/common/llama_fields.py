@@ -9,7 +9,7 @@ llama-server's list is sorted here:
 - honoured: declared on SamplingRequest (`grammar`, `json_schema`, `n_predict`,
   `repeat_penalty`, `repeat_last_n`, `mirostat` 2 with `mirostat_tau` / `mirostat_eta`,
   `cache_prompt`, `return_progress`, `n_indent`, `t_max_prompt_ms`, `t_max_predict_ms`,
-  `n_cmpl`);
+  `n_cmpl`, `lora`);
 - neutral: below, with the values that leave sampling and output as they are; those
   values are accepted (clients often send every field at its default), others refused;
 - fields that are neither OpenAI's, the server's own nor llama-server's are accepted and
@@ -52,7 +52,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "min_keep": (0,),
     "backend_sampling": (False,),
     "post_sampling_probs": (False,),
-    "lora": ([],),
     "grammar_lazy": (False,),
     "grammar_triggers": ([],),
     "preserved_tokens": ([],),

@@ -20,6 +20,7 @@ from edge_server.api.http.limits import (
     MAX_STOP_CHARS,
 )
 from edge_server.catalogue.default_model import DEFAULT_ALIAS
+from edge_server.engine.backend.lora import MAX_ADAPTERS, MAX_SCALE
 from edge_server.engine.grammar.limits import MAX_GRAMMAR_CHARS
 
 # Longest time budget a request may set (t_max_prompt_ms, t_max_predict_ms): a day.
@@ -48,6 +49,16 @@ class ResponseFormat(BaseModel):
     json_schema: JSONSchemaFormat | None = None
     # Fireworks' json_object may carry a schema of its own.
     object_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
+class LoraChoice(BaseModel):
+    """One adapter of llama-server's per-request `lora` list: its id (GET /lora-adapters)
+    and scale; adapters the list leaves out are off for the request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: int = Field(ge=0, lt=MAX_ADAPTERS)
+    scale: float = Field(ge=-MAX_SCALE, le=MAX_SCALE, allow_inf_nan=False)
 
 
 class SamplingRequest(BaseModel):
@@ -102,6 +113,7 @@ class SamplingRequest(BaseModel):
     n_indent: int | None = Field(default=None, ge=0, le=256)
     t_max_prompt_ms: int | None = Field(default=None, ge=-1, le=MAX_BUDGET_MS)
     t_max_predict_ms: int | None = Field(default=None, ge=-1, le=MAX_BUDGET_MS)
+    lora: list[LoraChoice] | None = Field(default=None, max_length=MAX_ADAPTERS)
 
     @model_validator(mode="after")
     def _llama_server_aliases(self) -> SamplingRequest:
@@ -117,6 +129,20 @@ class SamplingRequest(BaseModel):
         if self.n_cmpl is not None and "n" not in self.model_fields_set:
             self.n = self.n_cmpl
         return self
+
+    @field_validator("lora")
+    @classmethod
+    def _each_adapter_once(cls, v: list[LoraChoice] | None) -> list[LoraChoice] | None:
+        ids = [choice.id for choice in v or []]
+        if len(set(ids)) < len(ids):
+            raise ValueError("each adapter id may appear once")
+        return v
+
+    @property
+    def lora_scales(self) -> dict[int, float] | None:
+        """The adapters asked for (None: the model's default scales, as for an empty list
+        in llama-server)."""
+        return {c.id: c.scale for c in self.lora} if self.lora else None
 
     @property
     def prompt_only(self) -> bool:

@@ -48,7 +48,8 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
 
 
 def budgets(req: SamplingRequest) -> dict[str, Any]:
-    """GenerationRequest's fields from llama-server's budgets and limits (-1 or 0: off)."""
+    """GenerationRequest's fields from llama-server's budgets and limits (-1 or 0: off)
+    and its per-request LoRA adapters."""
     def ms(value: int | None) -> float | None:
         return float(value) if value is not None and value > 0 else None
 
@@ -57,6 +58,7 @@ def budgets(req: SamplingRequest) -> dict[str, Any]:
         "max_prompt_ms": ms(req.t_max_prompt_ms),
         "max_predict_ms": ms(req.t_max_predict_ms),
         "min_indent": req.n_indent or 0,
+        "lora": req.lora_scales,
     }
 
 

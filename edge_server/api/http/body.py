@@ -65,6 +65,15 @@ class BodyLimit:
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or a 400 that says what is wrong with it."""
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise invalid(None, "the request body must be a JSON object", "invalid_json")
+    return body
+
+
+def parse_json(raw: bytes) -> Any:
+    """The body as JSON of any shape (llama-server's /lora-adapters takes an array), or
+    a 400 that says what is wrong with it."""
     try:
         body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError as exc:
@@ -77,8 +86,6 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise _bad_json(str(exc)) from exc
     except ValueError as exc:  # an integer literal of thousands of digits
         raise _bad_json("a number is too large") from exc
-    if not isinstance(body, dict):
-        raise invalid(None, "the request body must be a JSON object", "invalid_json")
     _check_tree(body, raw)
     return body
 
@@ -157,7 +164,7 @@ def _param(path: list[str | int]) -> str:
     return out + ("…" if len(path) > _SHOWN_LEVELS else "")
 
 
-def _check_tree(body: dict[str, Any], raw: bytes) -> None:
+def _check_tree(body: Any, raw: bytes) -> None:
     """Bounds the nesting depth (recursive code downstream: schemas, templates) and the
     number of objects and arrays, and refuses strings that are not valid Unicode, without
     recursing itself."""

@@ -12,12 +12,12 @@ from typing import ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from edge_server.api.http.body import parse_json_object
+from edge_server.api.http.body import parse_json, parse_json_object
 from edge_server.api.http.errors import APIError, from_validation_error, model_not_found
 from edge_server.api.http.guards.auth import require_admin, role_of
 from edge_server.api.http.guards.hold import RequestHold, hold_of
@@ -57,7 +57,8 @@ InvalidBody = Callable[[ValidationError], APIError]
 
 
 def _validated(raw: bytes, model: type[RequestModel], on_invalid: InvalidBody) -> RequestModel:
-    body = parse_json_object(raw)
+    # A RootModel's body is what its root says (an array); every other body an object.
+    body = parse_json(raw) if issubclass(model, RootModel) else parse_json_object(raw)
     try:
         return model.model_validate(body)
     except ValidationError as exc:

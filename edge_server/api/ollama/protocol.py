@@ -159,9 +159,10 @@ class CreateRequest(_NamedByModel):
     template: str | None = Field(default=None, max_length=65_536)
     system: str | None = Field(default=None, max_length=65_536)
     parameters: Options = None
+    # LoRA adapters: file name to the digest of its uploaded blob (the ollama clients').
+    adapters: Annotated[dict[str, str], Field(max_length=16)] | None = None
     # Refused when given (create.py names each).
     path: Any = None
-    adapters: Any = None
     quantize: Any = None
     quantization: Any = None
     messages: Any = None

@@ -23,9 +23,8 @@ from pathlib import Path
 
 from edge_server.engine.backend.batch import DecodeBatch
 from edge_server.engine.backend.llama_model import LlamaModel
-from edge_server.engine.backend.measure.step_cost import (
-    StepCost,
-)
+from edge_server.engine.backend.lora import LoraAdapters
+from edge_server.engine.backend.measure.step_cost import StepCost
 from edge_server.engine.backend.measure.thread_tuner import ThreadTuner
 from edge_server.engine.errors import EngineError
 from edge_server.engine.kv.prompt_store import PromptStore
@@ -35,6 +34,7 @@ from edge_server.engine.request import DONE_MARKER, GenerationRequest, RequestHa
 from edge_server.engine.sampling.chain import GrammarError
 from edge_server.engine.sampling.logprobs import token_logprob
 from edge_server.engine.sampling.lookup_draft import STEP_COST_IN_ROWS, DraftCounts
+from edge_server.engine.sched.adapter_turns import AdapterTurns
 from edge_server.engine.sched.decode_groups import DecodeGroups
 from edge_server.engine.sched.delivery import post_outboxes
 from edge_server.engine.sched.draft_depth import draft_depth, measure_step_cost
@@ -69,9 +69,11 @@ STOP_TIMEOUT = 30.0
 class Scheduler:
     def __init__(self, model: LlamaModel, settings: SchedulerSettings,
                  store: PromptStore, projector: Projector | None = None,
-                 step_cost_file: Path | None = None) -> None:
+                 step_cost_file: Path | None = None, lora: LoraAdapters | None = None) -> None:
         self.model = model
         self.projector = projector
+        self.lora = lora or LoraAdapters(model.model, ())
+        self.turns = AdapterTurns()  # one LoRA adapter set a step
         self.vocab = model.vocab
         self.settings = settings
         self.kv = SlotTable(model, store)
@@ -198,15 +200,21 @@ class Scheduler:
         if any(job.prefilling for job in self._jobs):
             # Prompt chunks and images make long steps: send what is held first.
             self._flush_outboxes([], hold=False)
-        failed = decode_next_image(self._jobs, self.model, self.projector, self.kv)
+        adapters, jobs = self.turns.pick(self._jobs)
+        if not self.lora.apply(self.model.ctx, adapters):
+            for job in jobs:
+                self._abort(job, EngineError("llama.cpp refused the LoRA adapters", status=500))
+            return
+        failed = decode_next_image(jobs, self.model, self.projector, self.kv)
         if failed is not None:
             self._abort(*failed)
-        if not self._jobs:
+        jobs = [job for job in jobs if job in self._jobs]
+        if not jobs:
             return
         batch = self._batch
-        plan_drafts(batch, self._jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost,
+        plan_drafts(batch, jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost,
                     self.kv.kind)
-        step = fill_step_batch(batch, self._jobs, self.settings.prefill_chunk_while_decoding,
+        step = fill_step_batch(batch, jobs, self.settings.prefill_chunk_while_decoding,
                                self.groups)
         if batch.size == 0:
             return  # only jobs waiting for a shared prefix

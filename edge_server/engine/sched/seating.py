@@ -35,7 +35,7 @@ def open_job(kv: SlotTable, handle: RequestHandle, free: list[Slot]) -> Job:
     best source (or set to wait for a slot evaluating a longer one)."""
     request = handle.request
     prompt = request.prompt_tokens
-    partition = request.partition
+    partition = request.cache_partition
     slot = kv.choose(free, prompt, partition)
     slot.busy = True
     job = Job(request, handle, slot, [], prefill_at=0)
@@ -83,7 +83,7 @@ def resolve_wait(kv: SlotTable, job: Job) -> None:
     evaluates it itself if the source went away)."""
     assert job.wait_for is not None
     source, length = job.wait_for
-    prompt, partition = job.request.prompt_tokens, job.request.partition
+    prompt, partition = job.request.prompt_tokens, job.request.cache_partition
     if not kv.can_copy_from(source):
         return  # its own copy lands with the next decode
     if (len(source.cached) < length and source.partition == partition
@@ -126,7 +126,7 @@ def seat_pending_choices(kv: SlotTable, jobs: list[Job], free: list[Slot]) -> li
 def _hold_prompt_but_last(kv: SlotTable, job: Job, slot: Slot) -> bool:
     """Makes `slot` hold the job's prompt but its last token: cut there, copied from the
     job's slot, or restored from the state saved there."""
-    prompt, partition = job.request.prompt_tokens, job.request.partition
+    prompt, partition = job.request.prompt_tokens, job.request.cache_partition
     keep = len(prompt) - 1
     mine = slot.cached_for(partition)
     if common_prefix(mine, prompt) >= keep and kv.can_cut(slot, keep):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edge_server.engine.backend.lora import KEY_SEPARATOR
 from edge_server.engine.sched.scheduler import Scheduler
 
 
@@ -49,7 +50,7 @@ def slot_views(scheduler: Scheduler) -> list[SlotView]:
                 partition=request.partition)
     return [serving.get(slot.seq_id)
             or SlotView(slot.seq_id, n_ctx, slot.busy, drafts, len(slot.cached),
-                        partition=slot.partition)
+                        partition=slot.partition.split(KEY_SEPARATOR)[0])
             for slot in list(scheduler.kv.slots)]
 
 
@@ -72,4 +73,5 @@ def engine_counts(scheduler: Scheduler) -> dict[str, int]:
         "draft_tokens": scheduler.drafts.drafted,
         "draft_tokens_accepted": scheduler.drafts.accepted,
         "grouped_decode_steps": scheduler.grouped_steps,
+        "lora_set_switches": scheduler.turns.switches,
     }

@@ -1,15 +1,18 @@
 """POST /api/create: a model made from one the server serves, or from an uploaded GGUF
-blob, with a Modelfile's TEMPLATE, SYSTEM and PARAMETER lines; saved (saved_models) so
-it serves again after a restart. Both request shapes are read: the Modelfile's text
-(`modelfile`), or its parts as fields (`from`, `files`, `template`, `system`,
-`parameters`). Whatever is not done here (adapters, quantizing, messages, ...) is
-refused by name. The Modelfile is read and its profile checked on a worker thread; the
-new name must be one in Ollama's grammar (names.check_name).
+blob, with a Modelfile's ADAPTER, TEMPLATE, SYSTEM and PARAMETER lines; saved
+(saved_models) so it serves again after a restart. Both request shapes are read: the
+Modelfile's text (`modelfile`), or its parts as fields (`from`, `files`, `adapters`,
+`template`, `system`, `parameters`). LoRA adapters are uploaded blobs (a client reads
+the files), loaded with the source's file in an engine of the new model's own, at scale
+1. Whatever is not done here (quantizing, messages, ...) is refused by name. The
+Modelfile is read and its profile checked on a worker thread; the new name must be one
+in Ollama's grammar (names.check_name).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -34,11 +37,12 @@ from edge_server.api.ollama.protocol import CreateRequest
 from edge_server.api.ollama.streaming import line, ndjson_stream
 from edge_server.api.ollama.translate import render_template
 from edge_server.catalogue.pool import ModelPool
+from edge_server.engine.backend.gguf_header import GGUFHeader
+from edge_server.engine.backend.lora import MAX_ADAPTERS
 
 # Fields of the request for what this server does not do, and why.
 _REFUSED = {
     "path": "a Modelfile's path is read by the client: send its text as `modelfile`",
-    "adapters": "LoRA adapters are not applied here",
     "quantize": "models are not quantized here: upload a quantized GGUF file",
     "quantization": "models are not quantized here: upload a quantized GGUF file",
     "draft_quantize": "models are not quantized here",
@@ -73,6 +77,7 @@ def _recipe(body: CreateRequest) -> modelfile.Recipe:
         recipe.source = digest_of(next(iter(body.files.values())), "files")
     if body.from_ is not None:
         recipe.source = body.from_
+    recipe.adapters += list((body.adapters or {}).values())
     for field in ("template", "system"):
         if getattr(body, field) is not None:
             setattr(recipe, field, getattr(body, field))
@@ -119,7 +124,56 @@ def made_from(saved: SavedModels, models: ModelPool, name: str) -> tuple[str, Pr
         return models.spec(name).id, None
     # A blob model serves its own engine: FROM it names it; a name made here for another
     # model stands for that model.
-    return (name if base.from_blob else base.source), base.profile
+    return (name if base.own_engine else base.source), base.profile
+
+
+def _adapter_blobs(saved: SavedModels, models: ModelPool, recipe: modelfile.Recipe,
+                   source: str) -> tuple[str, tuple[str, ...]]:
+    """The new model's source and adapters (blob digests, each checked to be a LoRA GGUF
+    of its source's architecture): FROM a model with adapters, its own come first."""
+    if not recipe.adapters:
+        return source, ()
+    base = saved.models.get(source)
+    inherited: tuple[str, ...] = ()
+    if base is not None and base.own_engine:
+        source, inherited = base.source, base.adapters
+    if source.startswith(BLOB_PREFIX):
+        base_file: Path | None = blob_path(saved.store, source)
+    else:
+        base_file = models.spec(source).path
+    arch = _header(base_file).get("general.architecture") if base_file else None
+    digests = []
+    for text in recipe.adapters:
+        if text.startswith(("/", ".", "~")) or text.endswith((".gguf", ".safetensors")):
+            raise _bad_adapter("an adapter's file is read by the client, not the server: "
+                               "upload it (POST /api/blobs/<digest>) and name its digest")
+        digest = digest_of(text.removeprefix("@"), "adapters")
+        path = blob_path(saved.store, digest)
+        if not path.is_file():
+            raise _bad_adapter(f"no blob {digest} on this server: upload it first "
+                               "(POST /api/blobs/<digest>)")
+        header = _header(path)
+        if header.get("general.type") != "adapter" or header.get("adapter.type") != "lora":
+            raise _bad_adapter(f"blob {digest} is not a LoRA adapter GGUF (safetensors "
+                               "adapters are not converted here)")
+        if arch is not None and header.get("general.architecture") != arch:
+            raise _bad_adapter(f"blob {digest} adapts another architecture than the "
+                               f"model's ({arch})")
+        digests.append(digest)
+    if len(inherited) + len(digests) > MAX_ADAPTERS:
+        raise _bad_adapter(f"a model may have at most {MAX_ADAPTERS} adapters")
+    return source, inherited + tuple(digests)
+
+
+def _bad_adapter(why: str) -> APIError:
+    return invalid("adapters", f"`adapters` (ADAPTER in a Modelfile): {why}")
+
+
+def _header(path: Path) -> dict[str, object]:
+    try:
+        return GGUFHeader(path).values
+    except (OSError, ValueError):
+        return {}
 
 
 async def _replace(saved: SavedModels, models: ModelPool, name: str) -> None:
@@ -144,7 +198,7 @@ async def forget(saved: SavedModels, models: ModelPool, name: str) -> None:
     if others:
         raise _in_use(name, others[0])
     model = saved.models.get(name)
-    if model is not None and model.from_blob:
+    if model is not None and model.own_engine:
         await models.unload_when_idle(name, wait=5.0)
         if models.is_loaded(name):
             raise APIError(409, f"model \"{name[:200]}\" is serving requests; retry when "
@@ -181,10 +235,11 @@ async def create(request: Request) -> Response:
     check_new_name(name, len(saved.models) + len(saved.unread) - saved.taken(name))
     recipe, profile = await off_loop(_prepared, body)
     source, base = await off_loop(_source, saved, models, recipe.source or "")
+    source, adapters = await off_loop(_adapter_blobs, saved, models, recipe, source)
     await _replace(saved, models, name)
     profile = profile.over(base)
     empty = not (profile.system or profile.template or profile.parameters)
-    model = SavedModel(name, source, None if empty and base is None else profile)
+    model = SavedModel(name, source, None if empty and base is None else profile, adapters)
     try:
         await saved.add(models, model)
     except ValueError as exc:

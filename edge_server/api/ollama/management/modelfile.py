@@ -1,7 +1,7 @@
-"""A Modelfile's text as the parts /api/create reads: `FROM`, `TEMPLATE`, `SYSTEM` and
-`PARAMETER` (Ollama's syntax: one command a line, case-insensitive, `#` comments,
-arguments bare, "quoted" or in \"\"\"triple quotes\"\"\" over several lines). Ollama's other
-commands (`ADAPTER`, `LICENSE`, `MESSAGE`, ...) are refused by name, not dropped.
+"""A Modelfile's text as the parts /api/create reads: `FROM`, `ADAPTER`, `TEMPLATE`,
+`SYSTEM` and `PARAMETER` (Ollama's syntax: one command a line, case-insensitive, `#`
+comments, arguments bare, "quoted" or in \"\"\"triple quotes\"\"\" over several lines).
+Ollama's other commands (`LICENSE`, `MESSAGE`, ...) are refused by name, not dropped.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ _BLANKS = re.compile(r"[ \t]*")
 _KEY = re.compile(r"\S*")
 
 _REFUSED = {
-    "adapter": "LoRA adapters are not applied here",
     "license": "licenses are read from the model's file here",
     "message": "saved messages are not kept here: send them with each chat",
     "requires": "there is no Ollama version to require here",
@@ -29,7 +28,7 @@ _REFUSED = {
     "parser": "the model's own output parsing applies here",
     "draft": "draft models are set when the server starts (--draft-max)",
 }
-_KNOWN = {"from", "template", "system", "parameter", *_REFUSED}
+_KNOWN = {"from", "adapter", "template", "system", "parameter", *_REFUSED}
 
 
 @dataclass
@@ -37,6 +36,7 @@ class Recipe:
     """What a new model is made of: where from, and what it adds."""
 
     source: str | None = None
+    adapters: list[str] = field(default_factory=list)  # LoRA blobs' digests, as written
     template: str | None = None
     system: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
@@ -141,6 +141,8 @@ def parse(text: str) -> Recipe:
         value, at = _argument(text, at, line)
         if name == "from":
             recipe.source = value
+        elif name == "adapter":
+            recipe.adapters.append(value)
         elif name == "template":
             recipe.template = _checked(line, name, value)
         else:

@@ -4,8 +4,10 @@ the operator's and is never written).
 
 Each saved model has a source, served under its own name: a model the pool serves (its
 name then answers for that model's engine, as an alias), or an uploaded GGUF blob (a
-model of its own). What a Modelfile adds (a system prompt, a prompt template, default
-options) is its profile, applied by the Ollama routes.
+model of its own). With LoRA adapters (uploaded blobs too) it is a model of its own
+either way: its source's file loaded with them. What a Modelfile adds (a system
+prompt, a prompt template, default options) is its profile, applied by the Ollama
+routes.
 
 An entry this version cannot read (a key it does not know, a newer server's, or a name
 outside Ollama's grammar) is not served, is logged with the reason, and stays in the file
@@ -33,13 +35,14 @@ from edge_server.api.ollama.management import saved_file
 from edge_server.catalogue.pool import ModelPool
 from edge_server.catalogue.spec import ModelSpec, UnknownModel
 from edge_server.catalogue.store import ModelStore, RegistryEntry
+from edge_server.engine.backend.lora import LoraSpec
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "ollama-models.json"
 BLOB_PREFIX = "sha256:"
 MAX_SAVED = 256
-_ENTRY_KEYS = {"name", "source", "profile"}
+_ENTRY_KEYS = {"name", "source", "profile", "adapters"}
 _PROFILE_KEYS = {"system", "template", "parameters"}
 
 
@@ -74,10 +77,20 @@ class SavedModel:
     name: str
     source: str  # a pool model's name, or "sha256:<hex>": a blob of its own
     profile: Profile | None = None  # None: a copy of a model that has none
+    adapters: tuple[str, ...] = ()  # LoRA blobs ("sha256:<hex>") loaded with its source
 
     @property
     def from_blob(self) -> bool:
         return self.source.startswith(BLOB_PREFIX)
+
+    @property
+    def own_engine(self) -> bool:
+        """Served by an engine of its own (not as another model's name)."""
+        return self.from_blob or bool(self.adapters)
+
+    @property
+    def blobs(self) -> tuple[str, ...]:
+        return ((self.source,) if self.from_blob else ()) + self.adapters
 
 
 def blob_path(store: ModelStore, digest: str) -> Path:
@@ -88,8 +101,10 @@ def blob_path(store: ModelStore, digest: str) -> Path:
 # --- entries of the file ---------------------------------------------------------------
 
 def encode(model: SavedModel) -> dict[str, Any]:
-    return {"name": model.name, "source": model.source,
-            "profile": asdict(model.profile) if model.profile else None}
+    entry = {"name": model.name, "source": model.source,
+             "profile": asdict(model.profile) if model.profile else None}
+    # Only where there are some: earlier versions refuse keys they do not know.
+    return {**entry, "adapters": list(model.adapters)} if model.adapters else entry
 
 
 def decode(raw: Any) -> SavedModel:
@@ -109,13 +124,17 @@ def decode(raw: Any) -> SavedModel:
     problem = names.name_problem(name)
     if problem is not None:
         raise ValueError(f"its name is not one clients may give: {problem}")
+    adapters = raw.get("adapters", [])
+    if not isinstance(adapters, list) or not all(
+            isinstance(a, str) and a.startswith(BLOB_PREFIX) for a in adapters):
+        raise ValueError("its `adapters` are not blob digests")
     if profile is None:
-        return SavedModel(name, source)
+        return SavedModel(name, source, None, tuple(adapters))
     if not isinstance(profile, dict) or not all(
             isinstance(profile.get(k), str | None) for k in ("system", "template")) \
             or not isinstance(profile.get("parameters", {}), dict):
         raise ValueError("its `profile` is not one this server reads")
-    return SavedModel(name, source, Profile(**profile))
+    return SavedModel(name, source, Profile(**profile), tuple(adapters))
 
 
 def _name_of(raw: Any) -> str | None:
@@ -126,6 +145,16 @@ def _name_of(raw: Any) -> str | None:
 def _source_of(raw: Any) -> str | None:
     source = raw.get("source") if isinstance(raw, dict) else None
     return source if isinstance(source, str) else None
+
+
+def _blobs_of(raw: Any) -> list[str]:
+    """The blobs an entry of the file (readable or not) is made from."""
+    if not isinstance(raw, dict):
+        return []
+    source, adapters = raw.get("source"), raw.get("adapters")
+    found = [source] if isinstance(source, str) and source.startswith(BLOB_PREFIX) else []
+    return found + ([a for a in adapters if isinstance(a, str)]
+                    if isinstance(adapters, list) else [])
 
 
 def _file_error(exc: Exception) -> APIError | None:
@@ -187,13 +216,19 @@ class SavedModels:
     # --- the pool ----------------------------------------------------------------------
 
     def _serve(self, pool: ModelPool, model: SavedModel) -> None:
-        if not model.from_blob:
+        if not model.own_engine:
             pool.add_name(model.source, model.name)
             return
-        path = blob_path(self.store, model.source)
-        if not path.is_file():
-            raise ValueError(f"its file {model.source} is missing")
-        pool.add_model(self.make_spec(RegistryEntry(model.name, path=path)))
+        path = blob_path(self.store, model.source) if model.from_blob \
+            else pool.spec(model.source).path
+        if path is None or not path.is_file():
+            raise ValueError(f"the file of its source {model.source} is missing")
+        adapters = [blob_path(self.store, digest) for digest in model.adapters]
+        missing = [d for d, p in zip(model.adapters, adapters, strict=True) if not p.is_file()]
+        if missing:
+            raise ValueError(f"its adapter {missing[0]} is missing")
+        pool.add_model(self.make_spec(RegistryEntry(
+            model.name, path=path, lora=tuple(LoraSpec(p) for p in adapters))))
 
     @staticmethod
     def _unserve(pool: ModelPool, model: SavedModel) -> bool:
@@ -202,7 +237,7 @@ class SavedModels:
             pool.spec(model.name)
         except UnknownModel:
             return False
-        if model.from_blob:
+        if model.own_engine:
             pool.remove_model(model.name)
         elif model.name in pool.runtime_names:
             pool.remove_name(model.name)
@@ -238,8 +273,9 @@ class SavedModels:
         entries: list[Any] = document["models"]
         if any(_name_of(raw) == model.name for raw in entries):
             raise ValueError(f"`{model.name}` was saved by another process")
-        if model.from_blob and not blob_path(self.store, model.source).is_file():
-            raise ValueError(f"its file {model.source} was deleted")  # by another process
+        for digest in model.blobs:
+            if not blob_path(self.store, digest).is_file():
+                raise ValueError(f"its file {digest} was deleted")  # by another process
         entries.append(encode(model))
 
     def dependents(self, name: str) -> list[str]:
@@ -276,12 +312,16 @@ class SavedModels:
     def _drop_blob(self, model: SavedModel | None, entries: list[Any]) -> None:
         """The blob's last model is gone (from the file, under its lock): the upload goes
         with it. Another process's model made from it keeps it."""
-        if model is not None and model.from_blob and not any(
-                _source_of(raw) == model.source for raw in entries):
+        if model is None:
+            return
+        kept = {b for raw in entries for b in _blobs_of(raw)}
+        for digest in model.blobs:
+            if digest in kept:
+                continue
             try:
-                blob_path(self.store, model.source).unlink(missing_ok=True)
+                blob_path(self.store, digest).unlink(missing_ok=True)
             except OSError as exc:  # the model is gone all the same
-                log.warning("the blob of %s was not removed: %s", model.name, exc)
+                log.warning("a blob of %s was not removed: %s", model.name, exc)
 
     def profile(self, name: str) -> Profile | None:
         model = self.models.get(name)
