@@ -81,6 +81,19 @@ class ServeOptions:
                           "`draft: false` avoids it). Steps draft only where this machine's "
                           "measured step cost says it pays (0: off; default: 15 where "
                           "the model runs on the CPU alone, 0 with a GPU or --rpc)")
+    model_draft: Path | None = _opt(
+        None, "draft model GGUF for the default model (llama-server's --model-draft): a "
+        "small model of its vocabulary (SmolLM2-135M beside SmolLM2-1.7B) whose greedy "
+        "guesses the model verifies by sampling, as it verifies lookups, so the text keeps "
+        "the model's distribution; a step drafts with it where its measured cost says that "
+        "yields more tokens per second than lookups or no drafts (up to --draft-max)")
+    draft_min: int = _opt(0, "tokens --model-draft drafts a step at least, paying or not "
+                          "(llama-server's --draft-min; at most --draft-max); 0: it drafts "
+                          "where its cost says that pays")
+    draft_model_cost: float = _opt(
+        -1.0, "what one decode of --model-draft costs, as a share of one of the model's "
+        "(0 to 1; -1: the share of the model's weight bytes it reads, as CPU decoding costs)",
+        )
     stream_interval_ms: float = _opt(15.0, "after a request's first token, its tokens go "
                                      "to the HTTP layer at most this often, each still its "
                                      "own streamed event (a wake-up per token cost a 2-core "

@@ -36,7 +36,8 @@ def _load_identity(spec: ModelSpec) -> tuple[object, ...]:
     except OSError:
         stat = None
     version = (stat.st_size, stat.st_mtime_ns) if stat is not None else None
-    return (spec.path, version, spec.settings.context, spec.settings.mmproj, spec.settings.lora)
+    return (spec.path, version, spec.settings.context, spec.settings.mmproj, spec.settings.lora,
+            spec.settings.draft_model)
 
 
 class Budget:

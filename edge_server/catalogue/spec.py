@@ -54,14 +54,19 @@ class ModelSpec:
 
     def estimated_bytes(self) -> int:
         """What the model will hold once loaded (weights, KV streams, compute buffers,
-        projector, LoRA adapters), from its file's header: blocking, call it off the event loop."""
+        projector, LoRA adapters, draft model), from its file's header: blocking, call it
+        off the event loop."""
         try:
             if self.path is None or not self.path.is_file():
                 return 0
             mmproj = self.settings.mmproj
             projector = mmproj.stat().st_size if mmproj is not None and mmproj.is_file() else 0
             adapters = sum(a.path.stat().st_size for a in self.settings.lora if a.path.is_file())
-            return estimated_bytes(self.path, self.settings.context) + projector + adapters
+            draft = self.settings.draft_model
+            drafter = (estimated_bytes(draft, self.settings.context)
+                       if draft is not None and draft.is_file() else 0)
+            return (estimated_bytes(self.path, self.settings.context) + projector + adapters
+                    + drafter)
         except OSError:
             return 0  # gone since: the load says why
 

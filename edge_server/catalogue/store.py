@@ -69,6 +69,7 @@ class RegistryEntry:
     cache_type_k: str | None = None  # None: --cache-type-k
     cache_type_v: str | None = None
     lora: tuple[LoraSpec, ...] = ()  # adapters loaded with it (paths made absolute)
+    draft: Path | None = None  # a draft model of its vocabulary (model_draft.py)
     embedded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -83,7 +84,7 @@ def embedded_entry() -> RegistryEntry:
 
 _KNOWN_KEYS = {"id", "aliases", "path", "repo", "file", "revision", "sha256", "ctx_size",
                "chat_template_file", "mmproj", "keep_alive", "embedded", "cache_type_k",
-               "cache_type_v", "lora"}
+               "cache_type_v", "lora", "draft"}
 
 
 def load_registry(path: Path | None) -> list[RegistryEntry]:
@@ -138,12 +139,23 @@ def load_registry(path: Path | None) -> list[RegistryEntry]:
             cache_type_k=raw.get("cache_type_k"),
             cache_type_v=raw.get("cache_type_v"),
             lora=_lora(raw, path),
+            draft=_local_file(raw, "draft", path),
         ))
     names = [n for e in entries for n in e.names]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise RegistryError(f"{path.name}: names used twice: {sorted(duplicates)}")
     return entries
+
+
+def _local_file(raw: dict[str, Any], key: str, registry: Path) -> Path | None:
+    """A local file's path (relative ones relative to the registry file)."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise RegistryError(f"{registry.name}: {key} must be a file path")
+    return registry.parent / Path(value).expanduser()
 
 
 def _lora(raw: dict[str, Any], registry: Path) -> tuple[LoraSpec, ...]:

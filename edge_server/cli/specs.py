@@ -62,7 +62,8 @@ def model_specs(opts: ServeOptions, store: ModelStore):
                          fetch_networks=tuple(opts.image_url_networks))
 
     def settings(entry: RegistryEntry, template: Path | None, mmproj: Path | None,
-                 lora: tuple[LoraSpec, ...] = ()) -> EngineSettings:
+                 lora: tuple[LoraSpec, ...] = (), draft: Path | None = None
+                 ) -> EngineSettings:
         ctx_size = entry.ctx_size
         return EngineSettings(
             context=ContextSettings(
@@ -82,6 +83,7 @@ def model_specs(opts: ServeOptions, store: ModelStore):
                 max_wait_seconds=opts.queue_timeout,
                 adaptive_threads=opts.adaptive_threads == "on",
                 draft_max=min(opts.draft_max, 16) if opts.draft_max >= 0 else -1,
+                draft_min=min(max(opts.draft_min, 0), 16),
                 stream_interval_ms=min(max(opts.stream_interval_ms, 0.0), 1000.0),
             ),
             chat_template=template.read_text(encoding="utf-8") if template else None,
@@ -92,15 +94,19 @@ def model_specs(opts: ServeOptions, store: ModelStore):
             image_limits=limits,
             truncation=opts.truncation,
             lora=lora or entry.lora,
+            draft_model=draft or entry.draft,
+            draft_cost_share=min(opts.draft_model_cost, 1.0) if opts.draft_model_cost >= 0
+            else None,
         )
 
     def spec(entry: RegistryEntry, template: Path | None = None,
-             mmproj: Path | None = None, lora: tuple[LoraSpec, ...] = ()) -> ModelSpec:
+             mmproj: Path | None = None, lora: tuple[LoraSpec, ...] = (),
+             draft: Path | None = None) -> ModelSpec:
         path = store.local_path(entry)
         return ModelSpec(
             entry.id, path, entry.aliases,
             settings(entry, template or entry.chat_template_file,
-                     mmproj or store.mmproj_path(entry), lora),
+                     mmproj or store.mmproj_path(entry), lora, draft),
             keep_alive=entry.keep_alive,
             missing_reason="" if path else store.missing_reason(entry),
         )
@@ -128,12 +134,15 @@ def model_specs(opts: ServeOptions, store: ModelStore):
         aliases = (name,) if model_id != name and not taken(name) else ()
         entries.append(RegistryEntry(model_id, aliases, path=path))
         default_id = model_id
-    # --chat-template-file, --mmproj and --lora apply to the default model only.
+    # --chat-template-file, --mmproj, --lora and --model-draft: the default model's only.
     templates = {default_id: opts.chat_template_file}
     projectors = {default_id: opts.mmproj}
     adapters = {default_id: _lora_options(opts)}
-    specs = [spec(e, templates.get(e.id), projectors.get(e.id), adapters.get(e.id, ()))
-             for e in entries]
+    if opts.model_draft is not None and not opts.model_draft.expanduser().is_file():
+        raise RegistryError(f"--model-draft {opts.model_draft}: no such file")
+    drafts = {default_id: opts.model_draft.expanduser() if opts.model_draft else None}
+    specs = [spec(e, templates.get(e.id), projectors.get(e.id), adapters.get(e.id, ()),
+                  drafts.get(e.id)) for e in entries]
     return specs, default_id, spec
 
 

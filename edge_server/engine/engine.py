@@ -31,6 +31,7 @@ from edge_server.engine.multimodal.projector import ImageLimits, Projector, RgbI
 from edge_server.engine.multimodal.projector_check import ProjectorError
 from edge_server.engine.prompt_tokens import PromptTokens, chat_text_tokens
 from edge_server.engine.request import GenerationRequest, RequestHandle
+from edge_server.engine.sched.model_draft import DraftModel
 from edge_server.engine.sched.scheduler import STOP_TIMEOUT, Scheduler
 from edge_server.engine.sched.settings import SchedulerSettings
 from edge_server.engine.sched.slot_view import SlotView, engine_counts, slot_views
@@ -52,6 +53,8 @@ class EngineSettings:
     # the API layer, api/common/bounds/truncation.py); requests may choose otherwise.
     truncation: str = "disabled"
     lora: tuple[LoraSpec, ...] = ()  # LoRA adapters loaded with the model (backend/lora.py)
+    draft_model: Path | None = None  # a small model of its vocabulary that drafts tokens
+    draft_cost_share: float | None = None  # its decode's cost per the model's (None: bytes)
 
 
 def _rpc_error(reason: str) -> EngineError:
@@ -114,9 +117,19 @@ class Engine:
         self._projector_bytes = (settings.mmproj.stat().st_size
                                  if settings.mmproj is not None and self.projector else 0)
         self.lora = LoraAdapters(self.model.model, settings.lora)
-        self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector,
-                                   step_cost_file=self._step_cost_file(), lora=self.lora)
-        self.scheduler.start()
+        self.drafter = (DraftModel(settings.draft_model, self.model, settings.context,
+                                   settings.draft_cost_share)
+                        if settings.draft_model is not None else None)
+        try:
+            self.scheduler = Scheduler(self.model, settings.scheduler, store, self.projector,
+                                       step_cost_file=self._step_cost_file(), lora=self.lora,
+                                       drafter=self.drafter,
+                                       draft_cost_file=self._draft_cost_file())
+            self.scheduler.start()
+        except BaseException:
+            if self.drafter is not None:
+                self.drafter.close()
+            raise
         if self.model.rpc:
             rpc_guard.add_listener(self._on_rpc_lost)
 
@@ -174,6 +187,17 @@ class Engine:
         return cost_file(self.settings.prompt_cache_dir,
                          f"{self.fingerprint}|{self.model.kv_layout}|{self.model.n_ctx}",
                          self.model.n_threads, self.model.n_seq_max)
+
+    def _draft_cost_file(self) -> Path | None:
+        """Where the draft model's step cost is kept: keyed by its file too."""
+        draft = self.settings.draft_model
+        if self.settings.prompt_cache_dir is None or draft is None or self.drafter is None:
+            return None
+        stat = draft.stat()
+        return cost_file(self.settings.prompt_cache_dir,
+                         f"draft|{self.fingerprint}|{draft.name}|{stat.st_size}|"
+                         f"{stat.st_mtime_ns}|{self.drafter.model.n_ctx}",
+                         self.drafter.model.n_threads, self.drafter.model.n_seq_max)
 
     def _saved_prompts(self) -> list[StoredPrefix]:
         directory = self._cache_dir()
@@ -332,6 +356,7 @@ class Engine:
             "embedding_context": embedder.bytes if embedder is not None else 0,
             "projector": self._projector_bytes,
             "lora_adapters": self.lora.n_bytes,
+            "draft_model": self.drafter.anonymous_bytes if self.drafter is not None else 0,
             "image_cache": projector.cached_bytes if projector is not None else 0,
         }
 
@@ -339,8 +364,9 @@ class Engine:
         """What the model pool charges this model in its memory budget: its weights, KV
         cache, compute buffers and projector as allocated, and its embedding context
         once made."""
+        drafter = self.drafter.held_bytes if self.drafter is not None else 0
         return (self.model.held_bytes() + self._projector_bytes + self.lora.n_bytes
-                + self.embedding_bytes)
+                + drafter + self.embedding_bytes)
 
     def stats(self) -> dict[str, int]:
         embedder = self._embedder
@@ -385,4 +411,6 @@ class Engine:
             log.exception("could not save prompt caches")
         if self.projector is not None:
             self.projector.close()
+        if self.drafter is not None:
+            self.drafter.close()
         self.model.close()

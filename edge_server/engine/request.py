@@ -160,6 +160,8 @@ class Usage:
     cached_tokens: int = 0
     prediction_tokens: int = 0  # the prediction's tokens, once per choice
     prediction_accepted: int = 0  # of them, those the answer followed
+    drafted: int = 0  # draft tokens verified (lookups and the draft model's)
+    draft_accepted: int = 0  # of them, those kept
 
 
 _DONE = object()

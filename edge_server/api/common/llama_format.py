@@ -28,9 +28,11 @@ def sampler_json(params: SamplingParams) -> dict[str, Any]:
 
 
 def timings_json(*, cached: int, prompt: int, prompt_s: float, predicted: int,
-                 predicted_s: float) -> dict[str, float]:
+                 predicted_s: float, drafted: int = 0, draft_accepted: int = 0
+                 ) -> dict[str, float]:
     """llama-server's `timings`: prompt tokens evaluated (not read from the cache) and
-    the time to the first token; tokens generated and the time after the first."""
+    the time to the first token; tokens generated and the time after the first; where
+    drafts were verified (lookups or a draft model), how many and how many were kept."""
     def per(n: int, seconds: float) -> tuple[float, float]:
         ms = seconds * 1000
         return (ms / n if n else 0.0), (n / seconds if n and seconds > 0 else 0.0)
@@ -48,4 +50,5 @@ def timings_json(*, cached: int, prompt: int, prompt_s: float, predicted: int,
         "predicted_ms": predicted_s * 1000,
         "predicted_per_token_ms": predicted_per_token,
         "predicted_per_second": predicted_per_second,
+        **({"draft_n": drafted, "draft_n_accepted": draft_accepted} if drafted else {}),
     }

@@ -14,7 +14,8 @@ each model's parts are the buffers llama.cpp reported allocating for it at load.
   the prompt store's entries in RAM, recurrent models' checkpoints (engine/kv/
   checkpoints.py), the embedding context (only once an embeddings
   request made it), the projector and its image cache, LoRA adapters (llama.cpp
-  reads each file into a buffer of its own); process-wide: the grammar cache;
+  reads each file into a buffer of its own), a draft model (its weights, KV streams and
+  compute buffers); process-wide: the grammar cache;
   and `other`, the rest: Python's heap, allocator arenas, thread stacks, less compute
   buffer pages never touched (so it can be negative).
 
@@ -36,7 +37,7 @@ from edge_server.engine.grammar.json_grammar import grammar_cache_bytes
 
 MODEL_PARTS = ("kv_cache", "compute_buffers", "prompt_store", "checkpoints",
                "embedding_context",
-               "projector", "image_cache", "lora_adapters")
+               "projector", "image_cache", "lora_adapters", "draft_model")
 PARTS = ("weights", "weights_mapped", "weights_copied", *MODEL_PARTS, "grammar_cache",
          "file_backed", "other")
 

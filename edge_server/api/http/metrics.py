@@ -161,6 +161,8 @@ _ENGINE_COUNTERS = {
     "draft_tokens_accepted": "drafted tokens kept (each saved a decode step)",
     "grouped_decode_steps": "decode steps that carried one group of the generating "
                             "sequences (the groups take turns where that is faster)",
+    "draft_model_tokens": "tokens the draft model drafted (of draft_tokens)",
+    "draft_model_tokens_accepted": "draft model tokens kept",
     "lora_set_switches": "decode steps under another LoRA adapter set than the step before "
                          "(requests under different sets take turns)",
     "embedding_requests": "embeddings requests queued",

@@ -100,6 +100,19 @@ def choose_depth(proposals: list[list[int]], rates: list[tuple[float, float]],
     return best_depth
 
 
+def expected_tokens(proposals: list[list[int]], rates: list[tuple[float, float]],
+                    depth: int) -> float:
+    """Tokens a step drafting `depth` rows a sequence is expected to yield (choose_depth's
+    estimate at that depth)."""
+    expected = float(len(proposals))
+    kept = [first if first >= MIN_HIT_RATE else 0.0 for first, _ in rates]
+    for level in range(1, depth + 1):
+        expected += sum(p for draft, p in zip(proposals, kept, strict=True)
+                        if len(draft) >= level)
+        kept = [p * run for p, (_, run) in zip(kept, rates, strict=True)]
+    return expected
+
+
 @dataclass
 class DraftCounts:
     """Totals for /health: rows drafted and drafts kept."""

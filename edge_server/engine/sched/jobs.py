@@ -17,6 +17,7 @@ from edge_server.engine.request import (
 from edge_server.engine.sampling.chain import Sampler
 from edge_server.engine.sampling.logprobs import TokenLogprob, score_rows
 from edge_server.engine.sampling.lookup_draft import LookupDraft
+from edge_server.engine.sched.model_draft import DraftRates
 from edge_server.engine.text_stream import IndentGuard, TextStream
 
 # Choice i of a request samples with its own seed: the request's seed for choice 0 (so
@@ -59,6 +60,7 @@ class Choice:
     # last prompt token again to get the logits of its first token.
     first_from: int = -1  # that token, or -1
     lookup: LookupDraft | None = None  # made at its first decode step (step_batch)
+    model_rates: DraftRates = field(default_factory=DraftRates)  # the draft model's hits
     drafts: list[int] = field(default_factory=list)  # rows after next_token this step
     indent: IndentGuard | None = None  # with the request's min_indent
 

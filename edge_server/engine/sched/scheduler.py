@@ -40,6 +40,7 @@ from edge_server.engine.sched.delivery import post_outboxes
 from edge_server.engine.sched.draft_depth import draft_depth, measure_step_cost
 from edge_server.engine.sched.image_prefill import decode_next_image
 from edge_server.engine.sched.jobs import Choice, Job, JobStats
+from edge_server.engine.sched.model_draft import DraftModel
 from edge_server.engine.sched.seating import (
     add_choices,
     open_job,
@@ -69,8 +70,12 @@ STOP_TIMEOUT = 30.0
 class Scheduler:
     def __init__(self, model: LlamaModel, settings: SchedulerSettings,
                  store: PromptStore, projector: Projector | None = None,
-                 step_cost_file: Path | None = None, lora: LoraAdapters | None = None) -> None:
+                 step_cost_file: Path | None = None, lora: LoraAdapters | None = None,
+                 drafter: DraftModel | None = None, draft_cost_file: Path | None = None
+                 ) -> None:
         self.model = model
+        self.drafter = drafter  # a draft model beside the lookups, if one was given
+        self._draft_cost_file = draft_cost_file
         self.projector = projector
         self.lora = lora or LoraAdapters(model.model, ())
         self.turns = AdapterTurns()  # one LoRA adapter set a step
@@ -177,6 +182,8 @@ class Scheduler:
         if measured is not None:
             self.step_cost = measured
             self.groups = DecodeGroups(measured.widths)
+        if self.drafter is not None:
+            self.drafter.measure(self._draft_cost_file)
         self._ready.set()
         while self._waiting.wait_for_work(bool(self._jobs)):
             self.step_started = time.monotonic()
@@ -213,7 +220,7 @@ class Scheduler:
             return
         batch = self._batch
         plan_drafts(batch, jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost,
-                    self.kv.kind)
+                    self.kv.kind, self.drafter, self.settings.draft_min)
         step = fill_step_batch(batch, jobs, self.settings.prefill_chunk_while_decoding,
                                self.groups)
         if batch.size == 0:
@@ -264,9 +271,13 @@ class Scheduler:
             kept += 1
         if choice.lookup is not None:
             job.handle.usage.prediction_accepted += choice.lookup.observe(sampled)
+        if choice.model_rates.proposed and self.drafter is not None:
+            self.drafter.counts.accepted += choice.model_rates.observe(sampled)
         if drafts:
             self.drafts.drafted += len(drafts)
             self.drafts.accepted += kept
+            job.handle.usage.drafted += len(drafts)
+            job.handle.usage.draft_accepted += kept
             if kept < len(drafts):
                 assert choice.slot is not None
                 if not self.kv.drop_unconfirmed(choice.slot, len(drafts) - kept):

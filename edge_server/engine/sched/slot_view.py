@@ -74,4 +74,7 @@ def engine_counts(scheduler: Scheduler) -> dict[str, int]:
         "draft_tokens_accepted": scheduler.drafts.accepted,
         "grouped_decode_steps": scheduler.grouped_steps,
         "lora_set_switches": scheduler.turns.switches,
+        **({"draft_model_tokens": scheduler.drafter.counts.drafted,
+            "draft_model_tokens_accepted": scheduler.drafter.counts.accepted}
+           if scheduler.drafter is not None else {}),
     }

@@ -13,16 +13,18 @@ whenever that leaves fewer or smaller runs (backend/ubatch_split.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from edge_server.engine.backend.batch import DecodeBatch
 from edge_server.engine.backend.measure.step_cost import StepCost
 from edge_server.engine.backend.memory_kind import MemoryKind
 from edge_server.engine.backend.ubatch_split import small_rows, ubatch_shapes
-from edge_server.engine.sampling.lookup_draft import LookupDraft, choose_depth
+from edge_server.engine.sampling.lookup_draft import LookupDraft, choose_depth, expected_tokens
 from edge_server.engine.sched.decode_groups import DecodeGroups
 from edge_server.engine.sched.image_prefill import text_end
 from edge_server.engine.sched.jobs import Choice, Job
+from edge_server.engine.sched.model_draft import DraftModel
 
 
 @dataclass
@@ -58,12 +60,14 @@ def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
 
 
 def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
-                cost: StepCost, kind: MemoryKind) -> None:
-    """Sets every generating choice's drafts for this step (lookup_draft.py): the same
-    number for each, short lookups padded, so the batch stays one graph run. None while
-    a generating request asked for no drafting (one-row numerics for all its tokens).
-    Never deeper than the memory can take back (a recurrent state: a rollback of the
-    decode that verifies them)."""
+                cost: StepCost, kind: MemoryKind, drafter: DraftModel | None = None,
+                draft_min: int = 0) -> None:
+    """Sets every generating choice's drafts for this step: the same number for each,
+    short ones padded, so the batch stays one graph run; from lookups (lookup_draft.py)
+    or, where it is expected to yield more tokens per second, the draft model
+    (model_draft.py). None while a generating request asked for no drafting (one-row
+    numerics for all its tokens). Never deeper than the memory can take back (a
+    recurrent state: a rollback of the decode that verifies them)."""
     generating = [(job, c) for job in jobs for c in job.choices
                   if c.slot is not None and not c.finished and c.next_token >= 0]
     for _, choice in generating:
@@ -75,24 +79,65 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         return
     most = min(kind.draft_limit(most), (batch.capacity // 2) // len(generating),
                *(n_ctx_seq - c.position - 2 for _, c in generating))
+    # Drafts past the choice's last token could only be thrown away.
+    room = [max(job.request.max_tokens - c.generated - 1, 0) for job, c in generating]
     proposals = []
     rates = []
-    for job, choice in generating:
+    for (job, choice), left in zip(generating, room, strict=True):
         assert choice.slot is not None
         if choice.lookup is None:
             choice.lookup = LookupDraft([*choice.slot.cached, choice.next_token],
                                         job.request.prediction)
         rates.append(choice.lookup.rates)
-        proposal = choice.lookup.propose(max(most, 1))
-        # Drafts past the choice's last token could only be thrown away.
-        proposals.append(proposal[: max(job.request.max_tokens - choice.generated - 1, 0)])
+        proposals.append(choice.lookup.propose(max(most, 1))[:left])
     n = len(generating)
-    depth = choose_depth(proposals, rates, cost.draft_depths(most),
-                         lambda rows: cost.seconds(n, rows))
+    depths = cost.draft_depths(most)
+
+    def step(rows: int) -> float:
+        return cost.seconds(n, rows)
+
+    depth = choose_depth(proposals, rates, depths, step)
+    if drafter is not None and most > 0:
+        model = _model_drafts(drafter, generating, room, most, depths, step,
+                              expected_tokens(proposals, rates, depth) / step(n * (1 + depth)),
+                              draft_min)
+        if model is not None:
+            proposals, depth = model
     for (_, choice), draft in zip(generating, proposals, strict=True):
-        # A row past a short lookup is a guess too: cheaper than a second graph run.
+        # A row past a short draft is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token
         choice.drafts = (draft + [filler] * depth)[:depth]
+
+
+def _model_drafts(drafter: DraftModel, generating: list[tuple[Job, Choice]], room: list[int],
+                  most: int, depths: Sequence[int], step: Callable[[int], float],
+                  lookup_rate: float, draft_min: int) -> tuple[list[list[int]], int] | None:
+    """The draft model's drafts and depth for this step, where its expected tokens per
+    second (its own decodes counted) beat the lookups' `lookup_rate`, or where it must
+    draft `draft_min` tokens at least; else None."""
+    n = len(generating)
+    per_draft = drafter.step_seconds(n, step(n))
+    rates = [c.model_rates.pair for _, c in generating]
+    reach = [[0] * min(most, left) for left in room]
+
+    def drafting(rows: int) -> float:
+        return step(rows) + (rows // n - 1) * per_draft
+
+    depth = choose_depth(reach, rates, depths, drafting)
+    if draft_min > 0:
+        depth = max(depth, min((d for d in depths if d >= draft_min), default=most))
+    elif depth == 0 or expected_tokens(reach, rates, depth) / drafting(n * (1 + depth)) \
+            <= lookup_rate:
+        return None
+    wanted = [(c.seq_id, [*c.slot.cached, c.next_token], job.request.sampling.logit_bias)
+              for job, c in generating if c.slot is not None]
+    drafts = drafter.propose(wanted, depth)
+    proposals = []
+    for (_, choice), draft, left in zip(generating, drafts, room, strict=True):
+        choice.model_rates.proposed = draft[:left]
+        proposals.append(draft[:left])
+    drafter.counts.drafted += sum(len(d) for d in proposals)
+    return proposals, depth
 
 
 def fill_step_batch(batch: DecodeBatch, jobs: list[Job], prefill_while_decoding: int,

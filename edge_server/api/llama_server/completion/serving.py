@@ -80,7 +80,8 @@ class _Choice:
             stopping_word=self.stop_word, tokens_cached=usage.cached_tokens,
             timings=timings_json(cached=usage.cached_tokens, prompt=prompt_tokens,
                                  prompt_s=first - self.submitted_at,
-                                 predicted=len(self.tokens), predicted_s=now - first),
+                                 predicted=len(self.tokens), predicted_s=now - first,
+                                 drafted=usage.drafted, draft_accepted=usage.draft_accepted),
             completion_probabilities=None if scored is None else probabilities(scored, engine),
         ).model_dump(exclude_none=True)
 
