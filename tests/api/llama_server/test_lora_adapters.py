@@ -81,33 +81,42 @@ def test_the_scaling_adapter_moves_the_logits_by_its_scale(served: RunningServer
 
 def test_a_request_without_the_adapter_in_flight_beside_it_is_unaffected(
         served: RunningServer) -> None:
-    alone = complete(served, max_tokens=40)
+    """A long stream without adapters, and requests under the scaling adapter sent once its
+    first token came: they take turns with it (one set a step), each keeps its own
+    numbers, and the stream's are those of the same request alone."""
+    alone = complete(served, max_tokens=120)
     base_gap = first_gap(complete(served))
-    stream_done = threading.Event()
+    started, stream_done = threading.Event(), threading.Event()
     streamed: list[float] = []
     adapted_during: list[bool] = []
 
     def stream() -> None:
-        body = {"prompt": "river stone lamp", "max_tokens": 40, "temperature": 0,
+        body = {"prompt": "river stone lamp", "max_tokens": 120, "temperature": 0,
                 "logprobs": 2, "draft": False, "stream": True}
-        with httpx.stream("POST", f"{served.v1}/completions", json=body, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    choice = json.loads(line[6:])["choices"][0]
-                    if choice.get("logprobs"):
-                        streamed.extend(choice["logprobs"]["token_logprobs"])
-        stream_done.set()
+        try:
+            with httpx.stream("POST", f"{served.v1}/completions", json=body,
+                              timeout=120) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        choice = json.loads(line[6:])["choices"][0]
+                        if choice.get("logprobs"):
+                            streamed.extend(choice["logprobs"]["token_logprobs"])
+                            started.set()
+        finally:
+            started.set()
+            stream_done.set()
 
     thread = threading.Thread(target=stream)
     thread.start()
     try:
+        assert started.wait(timeout=120)
         for _ in range(3):
-            answer = complete(served, [{"id": SCALING, "scale": 1.0}])
+            answer = complete(served, [{"id": SCALING, "scale": 1.0}], max_tokens=2)
             adapted_during.append(not stream_done.is_set())
             assert first_gap(answer) == pytest.approx(base_gap * (1 + FACTOR), rel=0.01)
     finally:
         thread.join(timeout=120)
-    assert any(adapted_during), "the adapted requests never ran beside the stream"
+    assert adapted_during[0], "the stream ended before an adapted request was answered"
     assert streamed == pytest.approx(token_logprobs(alone), abs=1e-3)
     stats = httpx.get(f"{served.base_url}/health", timeout=10).json()["models"]
     assert next(iter(stats.values()))["lora_set_switches"] > 0
