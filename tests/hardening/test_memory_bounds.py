@@ -179,8 +179,8 @@ def test_health_and_metrics_account_for_memory(server: RunningServer) -> None:
     memory = httpx.get(f"{server.base_url}/health", timeout=30).json()["memory"]
     assert set(memory) == {"rss", "weights", "weights_mapped", "weights_copied", "kv_cache",
                            "compute_buffers", "prompt_store", "checkpoints", "embedding_context",
-                           "projector", "image_cache", "grammar_cache", "file_backed",
-                           "other"}
+                           "projector", "image_cache", "lora_adapters", "draft_model",
+                           "grammar_cache", "file_backed", "other"}
     assert memory["rss"] == pytest.approx(rss_mb(server.process.pid) * 2**20, rel=0.2)
     assert memory["weights"] > 50 * 2**20  # SmolLM2's 145 MB (Q8_0), as llama.cpp allocated them
     # 4 streams of 4,096 cells, 30 layers x 3 KV heads x 64 x 2 (K and V) in f16: 360 MiB,
