@@ -36,6 +36,7 @@ from edge_server.engine.backend.batch import DecodeBatch
 from edge_server.engine.backend.llama_model import ContextSettings, LlamaModel, ModelLoadError
 from edge_server.engine.backend.measure.step_cost import StepCost, load_or_measure
 from edge_server.engine.kv.prompt_store import common_prefix
+from edge_server.engine.sampling.lookup_draft import DraftCounts
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +75,6 @@ class DraftRates:
             kept += 1
         self.proposed = []
         return kept
-
-
-@dataclass
-class DraftCounts:
-    drafted: int = 0
-    accepted: int = 0
 
 
 class DraftModel:
@@ -202,7 +197,10 @@ class DraftModel:
             if len(tokens) + depth > self.model.n_ctx_seq:
                 continue
             held = self.cached[seq_id]
-            keep = common_prefix(held, tokens)
+            # Mostly the stream is a prefix of the tokens (its drafts all kept): one
+            # list compare in C, not a walk over the whole context in Python a step.
+            same = len(held) <= len(tokens) and tokens[: len(held)] == held
+            keep = len(held) if same else common_prefix(held, tokens)
             keep = min(keep, len(tokens) - 1)  # the last token's logits are wanted
             if keep < len(held):
                 if not self.model.seq_remove(seq_id, keep, -1):
