@@ -87,9 +87,10 @@ class ServeOptions:
         "guesses the model verifies by sampling, as it verifies lookups, so the text keeps "
         "the model's distribution; a step drafts with it where its measured cost says that "
         "yields more tokens per second than lookups or no drafts (up to --draft-max)")
-    draft_min: int = _opt(0, "tokens --model-draft drafts a step at least, paying or not "
-                          "(llama-server's --draft-min; at most --draft-max); 0: it drafts "
-                          "where its cost says that pays")
+    draft_min: int = _opt(0, "rows a step drafts at least, paying or not, wherever a lookup "
+                          "or --model-draft has a guess (llama-server's --draft-min; at most "
+                          "--draft-max; drafting stays on where the step cost could not be "
+                          "measured); 0: drafts only where the measured cost says they pay")
     draft_model_cost: float = _opt(
         -1.0, "what one decode of --model-draft costs, as a share of one of the model's "
         "(0 to 1; -1: the share of the model's weight bytes it reads, as CPU decoding costs)",

@@ -33,10 +33,11 @@ def draft_depth(draft_max: int, model: LlamaModel) -> int:
     return depth
 
 
-def measure_step_cost(model: LlamaModel, cost_file: Path | None,
-                      depth: int) -> tuple[StepCost | None, int]:
+def measure_step_cost(model: LlamaModel, cost_file: Path | None, depth: int,
+                      draft_min: int = 0) -> tuple[StepCost | None, int]:
     """On the engine thread: this machine's step cost (measured once, then read from
-    `cost_file`), and the draft depth it leaves."""
+    `cost_file`), and the draft depth it leaves (all of it where --draft-min forces
+    drafts whatever they cost)."""
     if depth <= 0 and not model.cpu_only:
         return None, depth
     try:
@@ -44,7 +45,7 @@ def measure_step_cost(model: LlamaModel, cost_file: Path | None,
     except Exception:  # drafting falls back to the fixed model; serving goes on
         log.exception("could not measure the decode step cost")
         measured = None
-    if measured is None and cost_file is not None and depth > 0:
+    if measured is None and cost_file is not None and depth > 0 and draft_min <= 0:
         # Unmeasured, a guessed cost could make drafting lose: none this run.
         log.warning("decode step cost not measured (%s): lookup drafting off until "
                     "the next start", unmeasured_reason(model))

@@ -178,7 +178,7 @@ class Scheduler:
         self.threads = ThreadTuner.for_model(self.model, adaptive=self.settings.adaptive_threads)
         # The measured cost sets draft depths and, on the CPU, decode groups.
         measured, self.draft_max = measure_step_cost(self.model, self._step_cost_file,
-                                                     self.draft_max)
+                                                     self.draft_max, self.settings.draft_min)
         if measured is not None:
             self.step_cost = measured
             self.groups = DecodeGroups(measured.widths)

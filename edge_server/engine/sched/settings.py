@@ -22,8 +22,9 @@ class SchedulerSettings:
     # -1: DEFAULT_DRAFT_MAX where every layer runs on the CPU, else 0 (on an H100,
     # drafting at full depth made steps slower: 0.62-0.76x the tokens/s, 1-8 clients).
     draft_max: int = -1
-    # The draft model drafts at least this many tokens a step, paying or not (llama-server's
-    # --draft-min); 0: only where its cost says it pays (model_draft.py).
+    # A step drafts at least this many rows a sequence, paying or not, where a lookup or
+    # the draft model has a guess (llama-server's --draft-min); 0: only where the
+    # measured cost says drafts pay (lookup_draft.choose_depth, model_draft.py).
     draft_min: int = 0
     # After a request's first token, its tokens go to the event loop at most this often
     # (delivery.py); 0: every step's at once.

@@ -65,7 +65,8 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
     """Sets every generating choice's drafts for this step: the same number for each,
     short ones padded, so the batch stays one graph run; from lookups (lookup_draft.py)
     or, where it is expected to yield more tokens per second, the draft model
-    (model_draft.py). None while a generating request asked for no drafting (one-row
+    (model_draft.py); `draft_min` rows at least where either has a guess (--draft-min).
+    None while a generating request asked for no drafting (one-row
     numerics for all its tokens). Never deeper than the memory can take back (a
     recurrent state: a rollback of the decode that verifies them)."""
     generating = [(job, c) for job in jobs for c in job.choices
@@ -97,6 +98,8 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         return cost.seconds(n, rows)
 
     depth = choose_depth(proposals, rates, depths, step)
+    if draft_min > 0 and any(proposals):
+        depth = max(depth, _forced_depth(depths, draft_min, most))
     if drafter is not None and most > 0:
         model = _model_drafts(drafter, generating, room, most, depths, step,
                               expected_tokens(proposals, rates, depth) / step(n * (1 + depth)),
@@ -107,6 +110,11 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
         # A row past a short draft is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token
         choice.drafts = (draft + [filler] * depth)[:depth]
+
+
+def _forced_depth(depths: Sequence[int], draft_min: int, most: int) -> int:
+    """The shallowest timed depth that drafts `draft_min` rows (--draft-min), at most `most`."""
+    return min((d for d in depths if d >= draft_min), default=most)
 
 
 def _model_drafts(drafter: DraftModel, generating: list[tuple[Job, Choice]], room: list[int],
@@ -125,7 +133,7 @@ def _model_drafts(drafter: DraftModel, generating: list[tuple[Job, Choice]], roo
 
     depth = choose_depth(reach, rates, depths, drafting)
     if draft_min > 0:
-        depth = max(depth, min((d for d in depths if d >= draft_min), default=most))
+        depth = max(depth, _forced_depth(depths, draft_min, most))
     elif depth == 0 or expected_tokens(reach, rates, depth) / drafting(n * (1 + depth)) \
             <= lookup_rate:
         return None
