@@ -56,6 +56,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     assert "Traceback" not in running.log_text(), running.log_text()
 
 
+@pytest.fixture(scope="session")
+def drafting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server that drafts wherever a lookup has a guess (`--draft-min 1`), whatever the
+    step cost measured at its start says: on a busy machine that cost may say drafts
+    never pay, and the tests of what drafting keeps need drafts to happen."""
+    running = start_server(tmp_path_factory.mktemp("drafting"), "--parallel", "4",
+                           "--ctx-size", "4096", "--draft-min", "1", name="drafting")
+    yield running
+    stop_server(running)
+    assert "Traceback" not in running.log_text(), running.log_text()
+
+
 @pytest.fixture()
 def http(server: RunningServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.base_url, timeout=60) as client:
