@@ -150,6 +150,13 @@ class ServeOptions:
                            "dropped, system messages and the latest turn kept; a raw prompt "
                            "keeps its head and tail); requests may choose for themselves "
                            "(`truncation`, Ollama's `truncate`)", choices=["disabled", "auto"])
+    default_max_tokens: int = _opt(-1, "tokens an answer may take when its request sets no "
+                                   "bound (no max_tokens, max_output_tokens, n_predict or "
+                                   "num_predict); -1: the room its context leaves")
+    max_answer_seconds: float = _opt(240.0, "an answer whose request sets no bound ends with "
+                                     "finish_reason length this many seconds after it "
+                                     "arrived, so it cannot outlast a client's timeout on a "
+                                     "slow machine (0: no time ceiling)")
     prompt_cache_mb: int = _opt(256, "host RAM for prompt prefixes evicted from the KV cache, "
                                 "also saved to the models directory at unload and shutdown "
                                 "(0: off)")
@@ -224,6 +231,8 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if not self.send_timeout > 0:
             raise ValueError("--send-timeout must be more than 0 seconds")
+        if not 0 <= self.max_answer_seconds <= 86400:
+            raise ValueError("--max-answer-seconds must be from 0 to 86400")
         if not 1 <= self.send_buffer_mb <= 1024 * 1024:
             raise ValueError("--send-buffer-mb must be from 1 to 1048576 MiB")
         if not 1 <= self.limit_concurrency <= 1_000_000:

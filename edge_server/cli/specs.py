@@ -93,6 +93,8 @@ def model_specs(opts: ServeOptions, store: ModelStore):
             mmproj=mmproj,
             image_limits=limits,
             truncation=opts.truncation,
+            default_max_tokens=opts.default_max_tokens if opts.default_max_tokens > 0 else -1,
+            max_answer_seconds=opts.max_answer_seconds,
             lora=lora or entry.lora,
             draft_model=draft or entry.draft,
             draft_cost_share=min(opts.draft_model_cost, 1.0) if opts.draft_model_cost >= 0

@@ -31,6 +31,7 @@ from edge_server.engine.multimodal.projector import ImageLimits, Projector, RgbI
 from edge_server.engine.multimodal.projector_check import ProjectorError
 from edge_server.engine.prompt_tokens import PromptTokens, chat_text_tokens
 from edge_server.engine.request import GenerationRequest, RequestHandle
+from edge_server.engine.request_choices import resolve_choices
 from edge_server.engine.sched.model_draft import DraftModel
 from edge_server.engine.sched.scheduler import STOP_TIMEOUT, Scheduler
 from edge_server.engine.sched.settings import SchedulerSettings
@@ -52,6 +53,10 @@ class EngineSettings:
     # A prompt that outgrows the context: "disabled" (refused) or "auto" (cut to fit by
     # the API layer, api/common/bounds/truncation.py); requests may choose otherwise.
     truncation: str = "disabled"
+    # An answer whose request set no bound: at most this many tokens (-1: the room the
+    # context leaves) and seconds after it arrived (0: no ceiling); api/common applies them.
+    default_max_tokens: int = -1
+    max_answer_seconds: float = 0.0
     lora: tuple[LoraSpec, ...] = ()  # LoRA adapters loaded with the model (backend/lora.py)
     draft_model: Path | None = None  # a small model of its vocabulary that drafts tokens
     draft_cost_share: float | None = None  # its decode's cost per the model's (None: bytes)
@@ -156,7 +161,9 @@ class Engine:
         """The model's kind of memory, what it allows, and whether drafting is on."""
         return {**self.model.memory_kind.describe(),
                 "drafting": self.scheduler.draft_max > 0,
-                "draft_max": self.scheduler.draft_max}
+                "draft_max": self.scheduler.draft_max,
+                # False where the step cost was not measured: only forced drafts then.
+                "drafts_by_cost": self.scheduler.drafts_by_cost}
 
     @property
     def cpu_kernels(self) -> str:
@@ -285,13 +292,7 @@ class Engine:
                               code="model_not_supported")
         if self.model.rpc and rpc_guard.failure():
             raise _rpc_error(rpc_guard.failure() or "")
-        if request.lora is None:
-            request.adapters = self.lora.default_set()
-        else:
-            reason = self.lora.check_request(request.lora)
-            if reason is not None:
-                raise EngineError(f"`lora`: {reason}", status=400, code="invalid_lora")
-            request.adapters = self.lora.requested_set(request.lora)
+        resolve_choices(request, self.lora, self.drafter, self.model_id)
         return self.scheduler.submit(request)
 
     def _on_rpc_lost(self, reason: str) -> None:

@@ -48,6 +48,9 @@ class GenerationRequest:
     # False: every step this request takes part in decodes one row per sequence, so its
     # tokens come from one-row kernels (lookup_draft.py on why drafted rows differ).
     draft: bool = True
+    # LM Studio's `draft_model`: the model's draft model by name; every step this request
+    # generates in drafts with it, paying or not (the engine checks the name).
+    draft_model: str | None = None
     # The answer expected (OpenAI's predicted output): drafts are looked up in it first.
     prediction: list[int] = field(default_factory=list)
     # Whose cache this prompt may use and fill: prefixes are shared only between requests
@@ -61,6 +64,9 @@ class GenerationRequest:
     return_progress: bool = False  # post PromptProgress while the prompt is evaluated
     max_prompt_ms: float | None = None  # prompt evaluation past this ends the request
     max_predict_ms: float | None = None  # generation past this ends at the next newline
+    # For an answer nobody bounded (--max-answer-seconds): this long after it was
+    # submitted, each unfinished choice ends at its next token, as a length does.
+    max_answer_s: float | None = None
     min_indent: int = 0  # a new line indented less than this ends the choice (0: off)
 
     @property

@@ -114,6 +114,8 @@ class SamplingRequest(BaseModel):
     t_max_prompt_ms: int | None = Field(default=None, ge=-1, le=MAX_BUDGET_MS)
     t_max_predict_ms: int | None = Field(default=None, ge=-1, le=MAX_BUDGET_MS)
     lora: list[LoraChoice] | None = Field(default=None, max_length=MAX_ADAPTERS)
+    # LM Studio's: the model's draft model by name; the answer then carries `stats`.
+    draft_model: str | None = Field(default=None, min_length=1, max_length=256)
 
     @model_validator(mode="after")
     def _llama_server_aliases(self) -> SamplingRequest:

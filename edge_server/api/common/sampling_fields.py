@@ -48,8 +48,8 @@ def sampling_params(req: SamplingRequest, engine: Engine) -> SamplingParams:
 
 
 def budgets(req: SamplingRequest) -> dict[str, Any]:
-    """GenerationRequest's fields from llama-server's budgets and limits (-1 or 0: off)
-    and its per-request LoRA adapters."""
+    """GenerationRequest's fields from llama-server's budgets and limits (-1 or 0: off),
+    its per-request LoRA adapters and LM Studio's per-request draft model."""
     def ms(value: int | None) -> float | None:
         return float(value) if value is not None and value > 0 else None
 
@@ -59,6 +59,7 @@ def budgets(req: SamplingRequest) -> dict[str, Any]:
         "max_predict_ms": ms(req.t_max_predict_ms),
         "min_indent": req.n_indent or 0,
         "lora": req.lora_scales,
+        "draft_model": req.draft_model,
     }
 
 
@@ -74,9 +75,9 @@ def max_tokens_for(req: SamplingRequest, prompt_len: int, engine: Engine,
         return 0
     wanted = req.max_tokens if req.max_tokens is not None else default
     if req.max_tokens is None and req.n_predict == -1:
-        wanted = None  # llama-server's "until the context is full"
+        return room  # llama-server's "until the context is full", asked for
     if wanted is None:
-        return room
+        return unbounded_answer_tokens(room, engine)
     if wanted > room and req.context_length_exceeded_behavior == "error":
         raise APIError(
             400,
@@ -87,3 +88,26 @@ def max_tokens_for(req: SamplingRequest, prompt_len: int, engine: Engine,
             code="context_length_exceeded",
         )
     return min(wanted, room)
+
+
+def unbounded_answer_tokens(room: int, engine: Engine) -> int:
+    """Tokens an answer whose request set no bound may take: the room its context leaves,
+    at most --default-max-tokens where set."""
+    ceiling = engine.settings.default_max_tokens
+    return min(room, ceiling) if ceiling > 0 else room
+
+
+def answer_ceiling_s(req: SamplingRequest, engine: Engine, default: int | None) -> float | None:
+    """Seconds after submission an answer may run where nobody bounded it (no max_tokens,
+    n_predict or t_max_predict_ms, and no protocol default such as /v1/completions' 16
+    tokens): --max-answer-seconds, so a request nobody bounded cannot outlast its
+    client's timeout on a slow machine; None where bounded, or the ceiling is off."""
+    bounded = (default is not None or req.max_tokens is not None or req.n_predict is not None
+               or (req.t_max_predict_ms is not None and req.t_max_predict_ms > 0))
+    return None if bounded else unbounded_answer_s(engine)
+
+
+def unbounded_answer_s(engine: Engine) -> float | None:
+    """--max-answer-seconds, the time ceiling of an answer nobody bounded (None: off)."""
+    ceiling = engine.settings.max_answer_seconds
+    return ceiling if ceiling > 0 else None

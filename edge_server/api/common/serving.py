@@ -6,6 +6,7 @@ grammars; streams are written as server-sent events by sse."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -57,11 +58,11 @@ def usage_info(usage: Usage) -> UsageInfo:
 
 
 def sum_usage(handles: list[RequestHandle]) -> Usage:
+    """Every count of the requests' usage added up (drafts and predictions too)."""
     total = Usage()
     for handle in handles:
-        total.prompt_tokens += handle.usage.prompt_tokens
-        total.completion_tokens += handle.usage.completion_tokens
-        total.cached_tokens += handle.usage.cached_tokens
+        for name in (f.name for f in dataclasses.fields(Usage)):
+            setattr(total, name, getattr(total, name) + getattr(handle.usage, name))
     return total
 
 

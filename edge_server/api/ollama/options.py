@@ -118,6 +118,8 @@ class Sampling:
     repeat_last_n: int = -1  # -1: the whole context (held to the model's by the caller)
     stop: list[str] = field(default_factory=list)
     num_keep: int | None = None  # prompt tokens a cut to fit the context keeps first
+    # num_predict given at all (-1 and -2 too): the caller bounded the answer, or chose not to
+    predict_given: bool = False
 
 
 def _validated(model: type[BaseModel], given: dict[str, Any]) -> Any:
@@ -176,7 +178,7 @@ def sampling(options: dict[str, Any] | None) -> Sampling:
     predict = value.get("num_predict")
     return Sampling(chat, engine, None if predict is None or predict < 0 else predict,
                     value.get("num_ctx"), value["repeat_last_n"], value.get("stop") or [],
-                    value.get("num_keep"))
+                    value.get("num_keep"), predict is not None)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")

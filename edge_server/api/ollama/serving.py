@@ -16,7 +16,11 @@ from starlette.responses import JSONResponse, Response
 from edge_server.api.common.bounds.model_bounds import ModelBounds
 from edge_server.api.common.bounds.truncation import Truncated, answer_reserve, fit_tokens, wanted
 from edge_server.api.common.protocol import SamplingRequest
-from edge_server.api.common.sampling_fields import sampling_params
+from edge_server.api.common.sampling_fields import (
+    sampling_params,
+    unbounded_answer_s,
+    unbounded_answer_tokens,
+)
 from edge_server.api.common.serving import cancel_on_disconnect, stream_deltas, submit, wait_started
 from edge_server.api.http.dependencies import off_loop
 from edge_server.api.http.errors import APIError, invalid
@@ -60,7 +64,13 @@ def _finish(request: GenerationRequest, sampling: opts.Sampling, engine: Engine)
     room = bounds.answer_room(len(request.prompt_tokens),
                               "options.num_ctx" if n_ctx < engine.n_ctx else "prompt", n_ctx)
     wanted = sampling.num_predict
-    request.max_tokens = room if wanted is None else min(wanted, room)
+    if sampling.predict_given:
+        # -1 (until done) and -2 (fill the context) are bounds the caller chose.
+        request.max_answer_s = None
+        request.max_tokens = room if wanted is None else min(wanted, room)
+    else:
+        request.max_tokens = unbounded_answer_tokens(room, engine)
+        request.max_answer_s = unbounded_answer_s(engine)
 
 
 def prepare_chat(req: ChatRequest, engine: Engine, template: str | None = None) -> Prepared:

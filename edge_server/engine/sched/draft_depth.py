@@ -33,21 +33,22 @@ def draft_depth(draft_max: int, model: LlamaModel) -> int:
     return depth
 
 
-def measure_step_cost(model: LlamaModel, cost_file: Path | None, depth: int,
-                      draft_min: int = 0) -> tuple[StepCost | None, int]:
+def measure_step_cost(model: LlamaModel, cost_file: Path | None,
+                      depth: int) -> tuple[StepCost | None, bool]:
     """On the engine thread: this machine's step cost (measured once, then read from
-    `cost_file`), and the draft depth it leaves (all of it where --draft-min forces
-    drafts whatever they cost)."""
+    `cost_file`), and whether drafts may be chosen by cost this run (a guessed cost
+    could make them lose: then only forced drafts, --draft-min or a request's
+    draft_model, are made)."""
     if depth <= 0 and not model.cpu_only:
-        return None, depth
+        return None, True
     try:
         measured = load_or_measure(model, cost_file)
     except Exception:  # drafting falls back to the fixed model; serving goes on
         log.exception("could not measure the decode step cost")
         measured = None
-    if measured is None and cost_file is not None and depth > 0 and draft_min <= 0:
-        # Unmeasured, a guessed cost could make drafting lose: none this run.
-        log.warning("decode step cost not measured (%s): lookup drafting off until "
-                    "the next start", unmeasured_reason(model))
-        depth = 0
-    return measured, depth
+    if measured is None and cost_file is not None and depth > 0:
+        log.warning("decode step cost not measured (%s): until the next start, drafts "
+                    "only where forced (--draft-min, a request's draft_model)",
+                    unmeasured_reason(model))
+        return None, False
+    return measured, True

@@ -142,6 +142,12 @@ class Job:
         budget, first = self.request.max_predict_ms, self.first_token_at
         return budget is not None and first is not None and (now - first) * 1000 > budget
 
+    def over_answer_ceiling(self, now: float) -> bool:
+        """Submitted longer ago than the request's max_answer_s (an unbounded answer's
+        ceiling)."""
+        ceiling = self.request.max_answer_s
+        return ceiling is not None and now - self.handle.submitted_at > ceiling
+
     def pending_choices(self) -> list[Choice]:
         return [c for c in self.choices if c.slot is None and not c.finished]
 

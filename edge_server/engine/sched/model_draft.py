@@ -105,6 +105,11 @@ class DraftModel:
         log.info("draft model %s: %.0f%% of the target's weight bytes", path.name,
                  100 * self.byte_share)
 
+    @property
+    def name(self) -> str:
+        """What a request's `draft_model` (LM Studio's) calls it: its file's name."""
+        return self.path.name.removesuffix(".gguf")
+
     def _check(self, target: LlamaModel) -> None:
         mine, theirs = self.model.vocab, target.vocab
         name = self.path.name
@@ -242,3 +247,17 @@ class DraftModel:
 
     def close(self) -> None:
         self.model.close()
+
+
+def requested_draft_problem(drafter: DraftModel | None, name: str, model_id: str,
+                            draft: bool = True) -> str | None:
+    """Why a request's `draft_model` (LM Studio's per-request draft model) cannot be
+    honoured, or None: it must name the draft model this model was loaded with."""
+    if not draft:
+        return "a request cannot name a draft model and ask for no drafting (`draft: false`)"
+    if drafter is None:
+        return (f"{model_id} has no draft model (start the server with --model-draft, or "
+                "give its registry entry a draft)")
+    if name.removesuffix(".gguf") != drafter.name:
+        return f"{model_id} drafts with {drafter.name}, not {name}"
+    return None

@@ -89,6 +89,7 @@ class Scheduler:
         self._jobs: list[Job] = []
         self.drafts = DraftCounts()
         self.draft_max = draft_depth(settings.draft_max, model)
+        self.drafts_by_cost = True  # False where the step cost could not be measured
         # Replaced on the engine thread by this machine's measured cost (step_cost.py).
         self.step_cost = StepCost.fixed_model(STEP_COST_IN_ROWS)
         self._step_cost_file = step_cost_file
@@ -177,8 +178,8 @@ class Scheduler:
         # idle on another thread slows every later step: decode on this thread only.
         self.threads = ThreadTuner.for_model(self.model, adaptive=self.settings.adaptive_threads)
         # The measured cost sets draft depths and, on the CPU, decode groups.
-        measured, self.draft_max = measure_step_cost(self.model, self._step_cost_file,
-                                                     self.draft_max, self.settings.draft_min)
+        measured, self.drafts_by_cost = measure_step_cost(self.model, self._step_cost_file,
+                                                          self.draft_max)
         if measured is not None:
             self.step_cost = measured
             self.groups = DecodeGroups(measured.widths)
@@ -220,7 +221,7 @@ class Scheduler:
             return
         batch = self._batch
         plan_drafts(batch, jobs, self.draft_max, self.model.n_ctx_seq, self.step_cost,
-                    self.kv.kind, self.drafter, self.settings.draft_min)
+                    self.kv.kind, self.drafter, self.settings.draft_min, self.drafts_by_cost)
         step = fill_step_batch(batch, jobs, self.settings.prefill_chunk_while_decoding,
                                self.groups)
         if batch.size == 0:

@@ -61,11 +61,12 @@ def _add_chunk(batch: DecodeBatch, job: Job, end: int) -> int:
 
 def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
                 cost: StepCost, kind: MemoryKind, drafter: DraftModel | None = None,
-                draft_min: int = 0) -> None:
+                draft_min: int = 0, by_cost: bool = True) -> None:
     """Sets every generating choice's drafts for this step: the same number for each,
     short ones padded, so the batch stays one graph run; from lookups (lookup_draft.py)
     or, where it is expected to yield more tokens per second, the draft model
     (model_draft.py); `draft_min` rows at least where either has a guess (--draft-min).
+    Without `by_cost` (an unmeasured step cost), only forced drafts are made.
     None while a generating request asked for no drafting (one-row
     numerics for all its tokens). Never deeper than the memory can take back (a
     recurrent state: a rollback of the decode that verifies them)."""
@@ -97,15 +98,19 @@ def plan_drafts(batch: DecodeBatch, jobs: list[Job], most: int, n_ctx_seq: int,
     def step(rows: int) -> float:
         return cost.seconds(n, rows)
 
-    depth = choose_depth(proposals, rates, depths, step)
+    depth = choose_depth(proposals, rates, depths, step) if by_cost else 0
     if draft_min > 0 and any(proposals):
         depth = max(depth, _forced_depth(depths, draft_min, most))
     if drafter is not None and most > 0:
-        model = _model_drafts(drafter, generating, room, most, depths, step,
-                              expected_tokens(proposals, rates, depth) / step(n * (1 + depth)),
-                              draft_min)
-        if model is not None:
-            proposals, depth = model
+        # A request that named the draft model (LM Studio's draft_model) drafts with it.
+        asked = any(job.request.draft_model is not None for job, _ in generating)
+        forced = max(draft_min, 1) if asked else draft_min
+        if by_cost or forced > 0:
+            model = _model_drafts(drafter, generating, room, most, depths, step,
+                                  expected_tokens(proposals, rates, depth) / step(n * (1 + depth)),
+                                  forced)
+            if model is not None:
+                proposals, depth = model
     for (_, choice), draft in zip(generating, proposals, strict=True):
         # A row past a short draft is a guess too: cheaper than a second graph run.
         filler = draft[-1] if draft else choice.next_token

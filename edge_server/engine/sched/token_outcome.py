@@ -31,7 +31,8 @@ def take_token(job: Job, choice: Choice, token: int, scored: list[TokenLogprob] 
         # Infill's t_max_predict_ms: over time, end at a line's end (as llama-server).
         text += choice.text.finish()
         job.finish_choice(choice, "length", [token], text, scored)
-    elif choice.generated >= request.max_tokens or choice.position + 1 >= n_ctx_seq:
+    elif (choice.generated >= request.max_tokens or choice.position + 1 >= n_ctx_seq
+          or (request.max_answer_s is not None and job.over_answer_ceiling(time.monotonic()))):
         text += choice.text.finish()
         job.finish_choice(choice, "length", [token], text, scored)
     else:

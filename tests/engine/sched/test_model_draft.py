@@ -11,6 +11,7 @@ one-token decoding would use there; so the sampled distribution is the target's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,66 @@ def test_llama_server_timings_count_the_drafts(servers: tuple[RunningServer, Run
     plain_timings = httpx.post(f"{plain.base_url}/completion", json=body, timeout=120).json()[
         "timings"]
     assert "draft_n" not in plain_timings  # as llama-server: only where drafts were made
+
+
+@pytest.fixture(scope="module")
+def unforced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A draft model without --draft-min: it drafts where its cost says that pays, and
+    for every request that names it (LM Studio's `draft_model`)."""
+    server = start_server(tmp_path_factory.mktemp("model-draft-lmstudio"), *TARGET,
+                          "--model-draft", str(default_model_path()), name="unforced")
+    yield server
+    assert stop_server(server) == 0
+    assert "Traceback" not in server.log_text()
+
+
+def draft_name() -> str:
+    return default_model_path().name.removesuffix(".gguf")
+
+
+def assert_stats(stats: dict[str, Any]) -> None:
+    assert stats["draft_model"] == draft_name()
+    total, kept = stats["total_draft_tokens_count"], stats["accepted_draft_tokens_count"]
+    assert total > 0 and 0 <= kept <= total
+    assert stats["rejected_draft_tokens_count"] == total - kept
+    assert stats["ignored_draft_tokens_count"] == 0
+
+
+def test_a_request_naming_the_draft_model_drafts_with_it(unforced: RunningServer) -> None:
+    """LM Studio's `draft_model`: drafts whatever the cost model says, and `stats` counts
+    them, in answers and in streams, on chat and completions."""
+    for name in (draft_name(), f"{draft_name()}.gguf"):
+        before = counts(unforced)["draft_model_tokens"]
+        answer = chat(unforced, PROMPTS[0], temperature=0, draft_model=name)
+        assert_stats(answer["stats"])
+        assert counts(unforced)["draft_model_tokens"] > before
+    plain = chat(unforced, PROMPTS[0], temperature=0)
+    assert "stats" not in plain
+    same = untied(plain)
+    assert tokens(answer)[:same] == tokens(plain)[:same]
+    with httpx.stream("POST", f"{unforced.v1}/chat/completions", timeout=180, json={
+            "messages": [{"role": "user", "content": PROMPTS[1]}], "max_tokens": 30,
+            "stream": True, "draft_model": draft_name()}) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[6:]) for line in r.iter_lines()
+                  if line.startswith("data: {")]
+    assert [e for e in events if "stats" in e][-1]["choices"] == []
+    assert_stats([e for e in events if "stats" in e][-1]["stats"])
+    r = httpx.post(f"{unforced.v1}/completions", timeout=180, json={
+        "prompt": "Copper is used", "max_tokens": 30, "draft_model": draft_name()})
+    assert r.status_code == 200, r.text
+    assert_stats(r.json()["stats"])
+
+
+def test_a_draft_model_the_model_lacks_is_a_400(
+        unforced: RunningServer, servers: tuple[RunningServer, RunningServer]) -> None:
+    _, plain = servers
+    cases = [(unforced, {"draft_model": "qwen2.5-0.5b-instruct"}, "drafts with"),
+             (unforced, {"draft_model": draft_name(), "draft": False}, "draft: false"),
+             (plain, {"draft_model": draft_name()}, "has no draft model")]
+    for server, fields, words in cases:
+        r = httpx.post(f"{server.v1}/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, **fields})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert "draft_model" in error["message"] and words in error["message"], error

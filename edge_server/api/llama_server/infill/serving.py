@@ -18,7 +18,12 @@ from edge_server.api.common.fim import (
     fim_tokens,
     text_tokens,
 )
-from edge_server.api.common.sampling_fields import budgets, max_tokens_for, sampling_params
+from edge_server.api.common.sampling_fields import (
+    answer_ceiling_s,
+    budgets,
+    max_tokens_for,
+    sampling_params,
+)
 from edge_server.api.common.serving import (
     cancel_on_disconnect,
     collect,
@@ -104,6 +109,7 @@ def prepare(req: InfillRequest, engine: Engine) -> PreparedInfill:
         sampling=sampling,
         stop=req.stop_list,
         include_stop=bool(req.include_stop_str_in_output),
+        max_answer_s=answer_ceiling_s(req, engine, None),
         **budgets(req),
     )
     return PreparedInfill(request, truncated)

@@ -17,9 +17,15 @@ from edge_server.api.common.bounds.response_bounds import (
     check_answer_size,
 )
 from edge_server.api.common.bounds.truncation import Truncated, answer_reserve, fit_messages, wanted
+from edge_server.api.common.draft_stats import draft_stats
 from edge_server.api.common.llama_fields import grammar_conflict
 from edge_server.api.common.logprobs_format import chat_logprobs
-from edge_server.api.common.sampling_fields import budgets, max_tokens_for, sampling_params
+from edge_server.api.common.sampling_fields import (
+    answer_ceiling_s,
+    budgets,
+    max_tokens_for,
+    sampling_params,
+)
 from edge_server.api.common.serving import (
     ChoiceResult,
     cancel_on_disconnect,
@@ -191,6 +197,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
         images=prompt.images,
         draft=req.draft is not False,
         prediction=prediction_tokens(req, engine),
+        max_answer_s=answer_ceiling_s(req, engine, None),
         **budgets(req),
     )
     check_answer_size(AnswerShape(prompts=1, choices=request.n, echoed_tokens=0,
@@ -264,6 +271,8 @@ def _body(req: ChatCompletionRequest, engine: Engine, plan: _Plan, handle: Reque
         usage=usage_info(handle.usage),
     )
     payload = body.model_dump(exclude_none=True)
+    if req.draft_model is not None:
+        payload["stats"] = draft_stats(req.draft_model, handle.usage)
     for choice in payload["choices"]:
         choice.setdefault("logprobs", None)
         choice["message"].setdefault("content", None)

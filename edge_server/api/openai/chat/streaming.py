@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from edge_server.api.common.draft_stats import draft_stats
 from edge_server.api.common.logprobs_format import chat_logprobs
 from edge_server.api.common.serving import cancel_on_disconnect, stream_events, usage_info
 from edge_server.api.common.sse import SSE_DONE, progress_json, sse_event
@@ -58,6 +59,9 @@ async def stream_chat(
                 yield chunk(i, out, None, logprobs if k == 0 else None)
             if delta.finish_reason is not None:
                 yield chunk(i, {}, output.finish_reason(delta.finish_reason))
+        if req.draft_model is not None:
+            yield sse_event({**base, "choices": [],
+                             "stats": draft_stats(req.draft_model, handle.usage)})
         if req.include_usage:
             yield sse_event({**base, "choices": [], "usage": usage_info(handle.usage).model_dump()})
         yield SSE_DONE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from edge_server.api.common.bounds.response_bounds import (
     AnswerShape,
     check_answer_size,
 )
+from edge_server.api.common.draft_stats import draft_stats
 from edge_server.api.common.fim import fim_prompt, fim_tokens, text_tokens
 from edge_server.api.common.image_input.images import (
     check_image_count,
@@ -24,7 +26,12 @@ from edge_server.api.common.image_input.images import (
     image_errors,
 )
 from edge_server.api.common.logprobs_format import completion_logprobs
-from edge_server.api.common.sampling_fields import budgets, max_tokens_for, sampling_params
+from edge_server.api.common.sampling_fields import (
+    answer_ceiling_s,
+    budgets,
+    max_tokens_for,
+    sampling_params,
+)
 from edge_server.api.common.serving import (
     ChoiceResult,
     cancel_on_disconnect,
@@ -174,6 +181,7 @@ def prepare(req: CompletionRequest, engine: Engine) -> PreparedCompletion:
             prompt_logprobs=bool(req.echo and req.logprobs is not None),
             images=p.images,
             draft=req.draft is not False,
+            max_answer_s=answer_ceiling_s(req, engine, DEFAULT_MAX_TOKENS),
             **budgets(req),
         )
         for p in prompts
@@ -249,7 +257,10 @@ class CompletionsServing:
             choices=choices,
             usage=usage_info(usage),
         )
-        return body.model_dump_json(exclude_none=False).encode()
+        if req.draft_model is None:
+            return body.model_dump_json(exclude_none=False).encode()
+        payload = {**body.model_dump(mode="json"), "stats": draft_stats(req.draft_model, usage)}
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
 
     @staticmethod
     def _logprobs(
@@ -340,6 +351,10 @@ class CompletionsServing:
                         delta.token_ids,
                         delta.logprobs,
                     )
+            if req.draft_model is not None:
+                yield sse_event({**meta, "object": "text_completion", "choices": [],
+                                 "system_fingerprint": engine.fingerprint,
+                                 "stats": draft_stats(req.draft_model, sum_usage(handles))})
             if req.include_usage:
                 usage = usage_info(sum_usage(handles))
                 yield sse_event(
