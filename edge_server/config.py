@@ -103,7 +103,9 @@ class ServeOptions:
     max_queue: int = _opt(64, "requests that may wait for a slot before a 429")
     queue_timeout: float = _opt(120.0, "seconds a request may wait for a slot before a 503")
     mmproj: Path | None = _opt(None, "multimodal projector GGUF for the default model (from "
-                               "--model): it then reads images (`images`, `image_url`)")
+                               "--model): it then reads images (`images`, `image_url`), "
+                               "audio (`input_audio`, /v1/audio/transcriptions) or both, "
+                               "as the projector's encoders do")
     image_urls: str = _opt("off", "http(s) image URLs in requests: on fetches them "
                            "(--image-url-timeout, --max-image-mb; public addresses only "
                            "unless --image-url-networks), off refuses them (data URLs only: "
@@ -118,6 +120,10 @@ class ServeOptions:
     max_image_mb: float = _opt(20.0, "largest image file accepted, in MiB")
     max_image_pixels: int = _opt(25_000_000, "largest image accepted, in pixels (width x "
                                  "height); images over 2048 pixels a side are scaled down")
+    max_audio_seconds: float = _opt(120.0, "longest audio clip accepted, in seconds (a "
+                                    "Whisper-style encoder makes 750 prompt tokens of each "
+                                    "30 s)")
+    max_audio_mb: float = _opt(25.0, "largest audio file accepted, in MiB")
     lora: list[str] = _opt([], "LoRA adapter GGUF for the default model, FILE or FILE:SCALE "
                            "(repeatable, at most 16; scale 1 unless given): requests name "
                            "adapters by id in `lora` (GET /lora-adapters lists them); those "

@@ -16,6 +16,7 @@ from edge_testkit import ROOT as ROOT
 from edge_testkit.models.cache import arch_model as arch_model
 from edge_testkit.models.cache import llama_sources as llama_sources
 from edge_testkit.models.cache import vocab_model as vocab_model
+from edge_testkit.models.cache import write_test_audio_projector as write_test_audio_projector
 from edge_testkit.models.cache import write_test_projector as write_test_projector
 from edge_testkit.models.cache import write_test_reranker as write_test_reranker
 from edge_testkit.servers.process import DEFAULT_MODEL as DEFAULT_MODEL

@@ -34,6 +34,7 @@ from edge_server.api.ollama.error_shape import is_ollama_path, ollama_error
 from edge_server.api.ollama.management.blobs import PREFIX as OLLAMA_BLOBS
 from edge_server.api.ollama.management.blobs import remove_stale_uploads
 from edge_server.api.ollama.management.saved_models import SavedModels
+from edge_server.api.openai.audio.api_router import routes as audio_routes
 from edge_server.api.openai.chat.api_router import routes as chat_routes
 from edge_server.api.openai.completions.api_router import routes as completion_routes
 from edge_server.api.openai.embeddings.api_router import routes as embedding_routes
@@ -116,7 +117,7 @@ def create_app(
     # slots and queues, still unread.
     keyed = bool(api_keys or admin_api_keys)
     openai_routes = [*completion_routes, *chat_routes, *embedding_routes, *rerank_routes,
-                     *model_routes]
+                     *model_routes, *audio_routes]
     routes = [*openai_routes, *unprefixed_routes(openai_routes), *infill_routes,
               *native_routes, *tokenize_routes, *props_routes, *slot_routes, *lora_routes,
               *messages_routes,

@@ -42,6 +42,7 @@ from edge_server.api.llama_server.tokenize import (
     TokenizeRequest,
 )
 from edge_server.api.ollama import protocol as ollama
+from edge_server.api.openai.audio.protocol import Transcription, TranscriptionRequest
 from edge_server.api.openai.chat.protocol import ChatCompletionRequest, ChatCompletionResponse
 from edge_server.api.openai.completions.protocol import CompletionRequest, CompletionResponse
 from edge_server.api.openai.embeddings.protocol import EmbeddingRequest, EmbeddingResponse
@@ -81,6 +82,7 @@ class Operation:
     request: type[BaseModel] | None = None
     response: type[BaseModel] | None = None  # None: `media_type` text
     media_type: str = "application/json"
+    request_type: str = "application/json"  # the body's media type
     streams: bool = False  # `stream: true` answers server-sent events
     errors: tuple[int, ...] = ()
     open: bool = False  # served without an API key
@@ -121,6 +123,18 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "earlier turns included (query: `after` an item id, `limit` 1-100, default 20, "
         "`order` asc or desc, default desc)", response=InputItemList,
         errors=(400, 404, 503), not_found=_NO_RESPONSE),
+    **{("POST", f"/v1/audio/{path}"): Operation(
+        op_id, summary, TranscriptionRequest, Transcription,
+        request_type="multipart/form-data", streams=path == "transcriptions",
+        errors=_MODEL_ERRORS,
+        events="With `stream: true`: `data: {\"type\": \"transcript.text.delta\", …}` "
+               "events, then `transcript.text.done` with the text and usage")
+       for path, op_id, summary in (
+           ("transcriptions", "createTranscription", "The words of an audio clip, written "
+            "by a model whose projector reads audio (`response_format` json, text or "
+            "verbose_json)"),
+           ("translations", "createTranslation", "An audio clip's speech in English, "
+            "written by a model whose projector reads audio"))},
     ("POST", "/v1/embeddings"): Operation(
         "createEmbedding", "L2-normalized embedding vectors of one or more inputs",
         EmbeddingRequest, EmbeddingResponse, errors=_MODEL_ERRORS),
@@ -298,7 +312,7 @@ def _operation(op: Operation, refs: dict[Any, Any], params: list[str],
                               "schema": {"type": "string"}} for p in params]
     if op.request is not None:
         out["requestBody"] = {"required": True, "content": {
-            "application/json": {"schema": refs[(op.request, "validation")]}}}
+            op.request_type: {"schema": refs[(op.request, "validation")]}}}
     if secured and op.open:
         out["security"] = []
     return out

@@ -53,6 +53,7 @@ def model_specs(opts: ServeOptions, store: ModelStore):
     from edge_server.catalogue.spec import ModelSpec
     from edge_server.engine import ContextSettings, EngineSettings, SchedulerSettings
     from edge_server.engine.backend.rpc.rpc_devices import parse_endpoints
+    from edge_server.engine.multimodal.audio import AudioLimits
     from edge_server.engine.multimodal.projector import ImageLimits
 
     rpc = parse_endpoints(opts.rpc)
@@ -60,6 +61,8 @@ def model_specs(opts: ServeOptions, store: ModelStore):
                          max_pixels=opts.max_image_pixels, fetch_urls=opts.image_urls == "on",
                          fetch_timeout=opts.image_url_timeout,
                          fetch_networks=tuple(opts.image_url_networks))
+    audio_limits = AudioLimits(max_bytes=int(min(max(opts.max_audio_mb, 0.001), 512) * 2**20),
+                               max_seconds=min(max(opts.max_audio_seconds, 0.1), 3600.0))
 
     def settings(entry: RegistryEntry, template: Path | None, mmproj: Path | None,
                  lora: tuple[LoraSpec, ...] = (), draft: Path | None = None
@@ -92,6 +95,7 @@ def model_specs(opts: ServeOptions, store: ModelStore):
             prompt_cache_mb=opts.prompt_cache_mb,
             mmproj=mmproj,
             image_limits=limits,
+            audio_limits=audio_limits,
             truncation=opts.truncation,
             default_max_tokens=opts.default_max_tokens if opts.default_max_tokens > 0 else -1,
             max_answer_seconds=opts.max_answer_seconds,

@@ -27,7 +27,8 @@ from edge_server.engine.embeddings.embedder import (
 from edge_server.engine.embeddings.rerank import PairLayout
 from edge_server.engine.errors import EngineError
 from edge_server.engine.kv.prompt_store import PromptStore, StoredPrefix, load_entries, save_entries
-from edge_server.engine.multimodal.projector import ImageLimits, Projector, RgbImage
+from edge_server.engine.multimodal.audio import AudioLimits
+from edge_server.engine.multimodal.projector import ImageLimits, Media, Projector, RgbImage
 from edge_server.engine.multimodal.projector_check import ProjectorError
 from edge_server.engine.prompt_tokens import PromptTokens, chat_text_tokens
 from edge_server.engine.request import GenerationRequest, RequestHandle
@@ -50,6 +51,7 @@ class EngineSettings:
     embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     mmproj: Path | None = None  # multimodal projector: the model then reads images
     image_limits: ImageLimits = field(default_factory=ImageLimits)
+    audio_limits: AudioLimits = field(default_factory=AudioLimits)
     # A prompt that outgrows the context: "disabled" (refused) or "auto" (cut to fit by
     # the API layer, api/common/bounds/truncation.py); requests may choose otherwise.
     truncation: str = "disabled"
@@ -258,15 +260,16 @@ class Engine:
         return chat_text_tokens(self.vocab, text, literals)
 
     def tokenize_chat_images(self, rendered: RenderedChat,
-                             images: dict[str, RgbImage]) -> PromptTokens:
-        """tokenize_chat for a prompt whose text holds image sentinels (keys of
-        `images`): each becomes the image's tokens as the projector lays them out."""
+                             images: dict[str, Media]) -> PromptTokens:
+        """tokenize_chat for a prompt whose text holds media sentinels (keys of
+        `images`: images and audio clips): each becomes the medium's tokens as the
+        projector lays them out."""
         assert self.projector is not None
         prompt = PromptTokens()
         pattern = "(" + "|".join(re.escape(k) for k in images) + ")"
         for i, piece in enumerate(re.split(pattern, rendered.text)):
             if piece in images:
-                prompt.add_image(self.projector.image_prompt(images[piece]))
+                prompt.add_image(self.projector.media_prompt(images[piece]))
             elif i == 0:
                 prompt.add_text(self.tokenize_chat(RenderedChat(piece, rendered.literals)))
             elif piece:

@@ -168,6 +168,7 @@ class Usage:
     prediction_accepted: int = 0  # of them, those the answer followed
     drafted: int = 0  # draft tokens verified (lookups and the draft model's)
     draft_accepted: int = 0  # of them, those kept
+    audio_tokens: int = 0  # of the prompt's, those of audio clips
 
 
 _DONE = object()
@@ -179,7 +180,9 @@ class RequestHandle:
     def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> None:
         self.request = request
         self.usage = Usage(prompt_tokens=len(request.prompt_tokens),
-                           prediction_tokens=len(request.prediction) * request.n)
+                           prediction_tokens=len(request.prediction) * request.n,
+                           audio_tokens=sum(span.chunk.n_tokens for span in request.images
+                                            if span.chunk.kind == "audio"))
         self.cancelled = False
         # With prompt_logprobs: one entry per prompt token, None for the first.
         self.prompt_logprobs: list[TokenLogprob | None] = []

@@ -13,6 +13,7 @@ from typing import Any
 from edge_testkit.models import (
     gguf_test_weights,
     make_test_arch_model,
+    make_test_audio_projector,
     make_test_projector,
     make_test_reranker,
     make_test_vocab_model,
@@ -80,6 +81,13 @@ def write_test_projector(path: Path, **kwargs: Any) -> Path:
     """The tiny random multimodal projector of edge_testkit.models.make_test_projector
     (test-only; its keyword arguments write broken files on purpose)."""
     return make_test_projector.write_projector(path, **kwargs)
+
+
+def write_test_audio_projector(path: Path, **kwargs: Any) -> Path:
+    """The tiny random Whisper-style audio projector of
+    edge_testkit.models.make_test_audio_projector (test-only; its keyword arguments
+    write broken files on purpose)."""
+    return make_test_audio_projector.write_audio_projector(path, **kwargs)
 
 
 def write_test_reranker(path: Path, **kwargs: Any) -> Path:

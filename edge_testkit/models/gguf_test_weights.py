@@ -52,6 +52,41 @@ def add_llama_weights(writer: GGUFWriter, rng: np.random.Generator, *, n_vocab: 
         writer.add_tensor(f"{block}.ffn_down.weight", matrix(width, n_ff))
 
 
+class EncoderWeights:
+    """Random weights of the test projectors' encoders (CLIP- and Whisper-style): small
+    enough to stay finite through any number of blocks, drawn in a fixed order from
+    `rng` so the files are deterministic."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def matrix(self, rows: int, cols: int) -> np.ndarray:
+        return (self.rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
+
+    def vector(self, n: int, value: float | None = None) -> np.ndarray:
+        if value is not None:
+            return np.full(n, value, dtype=np.float32)
+        return (self.rng.standard_normal(n) * 0.02).astype(np.float32)
+
+    def block(self, prefix: str, hidden: int, feed_forward: int, *,
+              key_bias: bool = True) -> dict[str, np.ndarray]:
+        """One pre-norm transformer block's tensors, named as clip.cpp reads them
+        (`prefix`: "v.blk.0", "a.blk.0"); Whisper's key projection has no bias."""
+        tensors = {}
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            tensors[f"{prefix}.{name}.weight"] = self.matrix(hidden, hidden)
+            if key_bias or name != "attn_k":
+                tensors[f"{prefix}.{name}.bias"] = self.vector(hidden)
+        for name in ("ln1", "ln2"):
+            tensors[f"{prefix}.{name}.weight"] = self.vector(hidden, 1.0)
+            tensors[f"{prefix}.{name}.bias"] = self.vector(hidden, 0.0)
+        tensors[f"{prefix}.ffn_up.weight"] = self.matrix(feed_forward, hidden)
+        tensors[f"{prefix}.ffn_up.bias"] = self.vector(feed_forward)
+        tensors[f"{prefix}.ffn_down.weight"] = self.matrix(hidden, feed_forward)
+        tensors[f"{prefix}.ffn_down.bias"] = self.vector(hidden)
+        return tensors
+
+
 def write_out(writer: GGUFWriter, out: Path) -> Path:
     """Header, metadata and tensors to the file, closed."""
     writer.write_header_to_file()

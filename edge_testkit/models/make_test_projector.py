@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter
 
-from edge_testkit.models.gguf_test_weights import write_out
+from edge_testkit.models.gguf_test_weights import EncoderWeights, write_out
 
 IMAGE_SIZE = 32
 PATCH_SIZE = 8
@@ -64,14 +64,8 @@ def write_projector(out: Path, *, width: int = 576, seed: int = 0, tiles: int = 
     writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
 
-    def matrix(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
-
-    def vector(n: int, value: float | None = None) -> np.ndarray:
-        if value is not None:
-            return np.full(n, value, dtype=np.float32)
-        return (rng.standard_normal(n) * 0.02).astype(np.float32)
-
+    weights = EncoderWeights(rng)
+    matrix, vector = weights.matrix, weights.vector
     n_patches = (IMAGE_SIZE // PATCH_SIZE) ** 2
     tensors: dict[str, np.ndarray] = {
         # numpy shapes are ggml's dimensions reversed
@@ -82,17 +76,7 @@ def write_projector(out: Path, *, width: int = 576, seed: int = 0, tiles: int = 
         .astype(np.float32),
     }
     for block in range(BLOCKS):
-        prefix = f"v.blk.{block}"
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            tensors[f"{prefix}.{name}.weight"] = matrix(HIDDEN, HIDDEN)
-            tensors[f"{prefix}.{name}.bias"] = vector(HIDDEN)
-        for name in ("ln1", "ln2"):
-            tensors[f"{prefix}.{name}.weight"] = vector(HIDDEN, 1.0)
-            tensors[f"{prefix}.{name}.bias"] = vector(HIDDEN, 0.0)
-        tensors[f"{prefix}.ffn_up.weight"] = matrix(FEED_FORWARD, HIDDEN)
-        tensors[f"{prefix}.ffn_up.bias"] = vector(FEED_FORWARD)
-        tensors[f"{prefix}.ffn_down.weight"] = matrix(HIDDEN, FEED_FORWARD)
-        tensors[f"{prefix}.ffn_down.bias"] = vector(HIDDEN)
+        tensors.update(weights.block(f"v.blk.{block}", HIDDEN, FEED_FORWARD))
     if tiles:  # pixel shuffle: MERGE x MERGE patches into one token, then one projection
         tensors["mm.model.fc.weight"] = matrix(width, HIDDEN * MERGE * MERGE)
     else:

@@ -62,7 +62,8 @@ def test_every_post_has_its_request_schema(doc: dict[str, Any]) -> None:
         if model is None:  # Ollama's refused /api/push and file uploads read no JSON
             assert "requestBody" not in op and path in ("/api/push", "/api/blobs/{digest}")
             continue
-        schema = _schema(doc, op["requestBody"]["content"]["application/json"]["schema"])
+        [body] = op["requestBody"]["content"].values()  # JSON, or a multipart form
+        schema = _schema(doc, body["schema"])
         if issubclass(model, RootModel):  # POST /lora-adapters reads an array (llama-server's)
             assert schema["type"] == "array" and "items" in schema, path
             continue

@@ -187,6 +187,7 @@ class SamplingRequest(BaseModel):
 
 class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
+    audio_tokens: int = 0  # of audio clips (as OpenAI counts them)
 
 
 class CompletionTokensDetails(BaseModel):

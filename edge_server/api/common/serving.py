@@ -47,7 +47,8 @@ def usage_info(usage: Usage) -> UsageInfo:
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.prompt_tokens + usage.completion_tokens,
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens,
+                                                  audio_tokens=usage.audio_tokens),
         completion_tokens_details=None if not usage.prediction_tokens else (
             CompletionTokensDetails(
                 accepted_prediction_tokens=min(usage.prediction_accepted,

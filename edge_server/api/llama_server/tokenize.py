@@ -27,7 +27,7 @@ from edge_server.api.openai.chat.protocol import ChatMessage, TemplateKwargs, To
 from edge_server.catalogue.default_model import DEFAULT_ALIAS
 from edge_server.engine import Engine
 from edge_server.engine.chat_template import RenderedChat
-from edge_server.engine.multimodal.projector import RgbImage
+from edge_server.engine.multimodal.projector import Media
 
 
 class ChatInput(BaseModel):
@@ -40,7 +40,7 @@ class ChatInput(BaseModel):
     enable_thinking: bool | None = None  # None: the template's own default
     chat_template_kwargs: TemplateKwargs | None = None
 
-    def render(self, engine: Engine) -> tuple[RenderedChat, dict[str, RgbImage]]:
+    def render(self, engine: Engine) -> tuple[RenderedChat, dict[str, Media]]:
         assert self.messages is not None
         asked = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
         return render_chat(self.messages, engine, self.tools or [],

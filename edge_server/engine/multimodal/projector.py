@@ -1,17 +1,20 @@
-"""A model's multimodal projector (llama.cpp's mtmd): images into embedding tokens.
+"""A model's multimodal projector (llama.cpp's mtmd): images and audio into embedding
+tokens.
 
-Images arrive here already decoded and bounded in Python (RGB pixels, never raw file
-bytes: llama.cpp's image decoders never see what a client sent). `image_prompt` turns
-one image into the tokens mtmd wraps it in plus an ImageChunk; `encode` runs the vision
-encoder on the engine thread (llama.cpp's OpenMP keeps a worker team per calling
-thread, so all graph compute stays on that one thread).
+Media arrive here already decoded and bounded in Python (RGB pixels, mono float samples
+at the projector's rate; never raw file bytes: llama.cpp's decoders never see what a
+client sent). `image_prompt` and `audio_prompt` turn one image or clip into the tokens
+mtmd wraps it in plus its chunks (an ImageChunk each, whichever the medium); `encode`
+runs the encoder on the engine thread (llama.cpp's OpenMP keeps a worker team per
+calling thread, so all graph compute stays on that one thread).
 
-An image's tokens stand in prompts as placeholder ids: negative numbers derived from
-the image's digest, the projector file, the chunk's index within the image (projectors
-such as SmolVLM's split one image into an overview and tiles, each a chunk of its own)
-and the token's index. Equal images give equal ids, so the KV prefix cache, the RAM
-store and the saved prompt caches all recognise a repeated image with no code of their
-own, and a different image, tile or projector never matches.
+A medium's tokens stand in prompts as placeholder ids: negative numbers derived from
+its digest, the projector file, the chunk's index within it (projectors such as
+SmolVLM's split one image into an overview and tiles, Whisper-style encoders a clip
+into 30-second windows, each a chunk of its own) and the token's index. Equal media
+give equal ids, so the KV prefix cache, the RAM store and the saved prompt caches all
+recognise a repeated image or clip with no code of their own, and a different one, tile
+or projector never matches.
 
 Prepared chunks hold C memory until the engine is done with them, or until whoever
 prepared them frees them (see image_scope.py); a finalizer frees a forgotten one, and
@@ -37,6 +40,7 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from edge_server.engine.backend.llama_model import LlamaModel
 from edge_server.engine.backend.runtime import forward_llama_log
+from edge_server.engine.multimodal.audio import PcmAudio
 from edge_server.engine.multimodal.image_scope import note_prepared
 from edge_server.engine.multimodal.projector_check import ProjectorError, check_projector
 
@@ -74,15 +78,21 @@ class RgbImage:
     digest: str  # sha256 of the bytes the client sent
 
 
+# What a prompt may hold besides text.
+Media = RgbImage | PcmAudio
+
+
 class ImageChunk:
-    """One image chunk as mtmd prepared it (resized, normalised), waiting to be encoded.
+    """One chunk of an image (resized, normalised) or of a clip (a log-mel window) as
+    mtmd prepared it, waiting to be encoded; `kind` says which ("image", "audio").
 
     Owned by whoever prepared it until the engine takes it (`taken`, set when a request
     is queued); then the engine frees it when the request ends."""
 
     def __init__(self, ptr: int, n_tokens: int, key: bytes, placeholders: list[int],
-                 on_free: Callable[[], None]) -> None:
+                 on_free: Callable[[], None], kind: str = "image") -> None:
         self._ptr: int | None = ptr
+        self.kind = kind
         self.n_tokens = n_tokens
         self.key = key
         self.placeholders = placeholders
@@ -147,6 +157,12 @@ class Projector:
             raise ProjectorError("M-RoPE vision models (Qwen2-VL family) are not supported")
         self.vision = bool(mtmd.mtmd_support_vision(ctx))
         self.audio = bool(mtmd.mtmd_support_audio(ctx))
+        # Hz the audio encoder reads (16 kHz for Whisper-style ones); 0 without one.
+        self.sample_rate = int(mtmd.mtmd_get_audio_sample_rate(ctx)) if self.audio else 0
+        if self.audio and not 8_000 <= self.sample_rate <= 48_000:
+            self.close()
+            raise ProjectorError(f"the audio encoder reads {self.sample_rate} Hz audio, "
+                                 "outside 8-48 kHz")
         self.n_embd = model.n_embd
         self.n_batch = model.n_batch
         self._identity = hashlib.sha256(
@@ -182,12 +198,42 @@ class Projector:
         the image's chunks, in prompt order. CPU-bound (resizing): call off the loop.
         Raises ProjectorBusy while MAX_PREPARED_IMAGES chunks wait for the engine; on any
         error the chunks made so far are freed."""
-        if self.prepared >= MAX_PREPARED_IMAGES:
-            raise ProjectorBusy(f"{self.prepared} images wait for the model; retry shortly")
+        if not self.vision:
+            raise ProjectorError("this projector reads no images")
+        self._check_room()
         pixels = (ctypes.c_uint8 * len(image.pixels)).from_buffer_copy(image.pixels)
         bitmap = mtmd.mtmd_bitmap_init(image.width, image.height, pixels)
         if not bitmap:
             raise ProjectorError("llama.cpp refused the image")
+        return self._media_prompt(bitmap, image.digest, "image")
+
+    def audio_prompt(self, audio: PcmAudio) -> list[list[int] | ImageChunk]:
+        """image_prompt for a clip: the markers mtmd puts around audio and the clip's
+        chunks (one per 30 s window for Whisper-style encoders). CPU-bound (the log-mel
+        spectrogram): call off the loop."""
+        if not self.audio:
+            raise ProjectorError("this projector reads no audio")
+        if audio.sample_rate != self.sample_rate or audio.n_samples < 2:
+            raise ProjectorError(f"audio must be at least 2 samples at {self.sample_rate} Hz")
+        self._check_room()
+        samples = (ctypes.c_float * audio.n_samples).from_buffer_copy(audio.samples)
+        bitmap = mtmd.mtmd_bitmap_init_from_audio(audio.n_samples, samples)
+        if not bitmap:
+            raise ProjectorError("llama.cpp refused the audio")
+        return self._media_prompt(bitmap, audio.digest, "audio")
+
+    def media_prompt(self, medium: Media) -> list[list[int] | ImageChunk]:
+        return (self.audio_prompt(medium) if isinstance(medium, PcmAudio)
+                else self.image_prompt(medium))
+
+    def _check_room(self) -> None:
+        if self.prepared >= MAX_PREPARED_IMAGES:
+            raise ProjectorBusy(f"{self.prepared} media chunks wait for the model; "
+                                "retry shortly")
+
+    def _media_prompt(self, bitmap: int, digest: str, kind: str
+                      ) -> list[list[int] | ImageChunk]:
+        """mtmd's chunks of one bitmap (freed here) as prompt pieces."""
         chunks = mtmd.mtmd_input_chunks_init()
         pieces: list[list[int] | ImageChunk] = []
         try:
@@ -199,11 +245,12 @@ class Projector:
             bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
             status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), bitmaps, 1)
             if status != 0:
-                raise ProjectorError(f"llama.cpp could not prepare the image ({status})")
-            images = 0
+                raise ProjectorError(f"llama.cpp could not prepare the {kind} ({status})")
+            media = 0
             for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-                piece = self._piece(mtmd.mtmd_input_chunks_get(chunks, i), image, images)
-                images += isinstance(piece, ImageChunk)
+                piece = self._piece(mtmd.mtmd_input_chunks_get(chunks, i), digest, media,
+                                    kind)
+                media += isinstance(piece, ImageChunk)
                 pieces.append(piece)
             return pieces
         except BaseException:
@@ -215,36 +262,41 @@ class Projector:
             mtmd.mtmd_input_chunks_free(chunks)
             mtmd.mtmd_bitmap_free(bitmap)
 
-    def _piece(self, chunk: int, image: RgbImage, index: int) -> list[int] | ImageChunk:
-        """One mtmd chunk: text tokens, or the image chunk `index` (0, 1, ...: the
-        overview and tiles of a tiling projector) of `image`."""
-        kind = mtmd.mtmd_input_chunk_get_type(chunk)
-        if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+    def _piece(self, chunk: int, digest: str, index: int, kind: str
+               ) -> list[int] | ImageChunk:
+        """One mtmd chunk: text tokens, or the media chunk `index` (0, 1, ...: the
+        overview and tiles of a tiling projector, a clip's windows) of the image or
+        clip whose bytes have `digest`."""
+        chunk_type = mtmd.mtmd_input_chunk_get_type(chunk)
+        if chunk_type == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
             count = ctypes.c_size_t(0)
             tokens = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
             # mtmd writes LLAMA_TOKEN_NULL for a marker token the text model lacks (a
             # projector paired with another text model): no token to decode, so none.
             return [int(tokens[i]) for i in range(count.value) if tokens[i] >= 0]
-        if kind != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
-            raise ProjectorError("llama.cpp made a non-image chunk of an image")
+        want = (mtmd.MTMD_INPUT_CHUNK_TYPE_AUDIO if kind == "audio"
+                else mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE)
+        if chunk_type != want:
+            raise ProjectorError(f"llama.cpp made a chunk of another kind of an {kind}")
         n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
         if mtmd.mtmd_input_chunk_get_n_pos(chunk) != n_tokens:
-            raise ProjectorError("this projector places image tokens in a way not supported")
-        key = chunk_key(self._identity, image.digest, index)
+            raise ProjectorError(f"this projector places {kind} tokens in a way not "
+                                 "supported")
+        key = chunk_key(self._identity, digest, index)
         # The cap counts chunks: reserve this one first, so that threads preparing at
         # once can never hold more than MAX_PREPARED_IMAGES together.
         chunk_id = next(self._chunk_ids)
         self._live.add(chunk_id)
         if len(self._live) > MAX_PREPARED_IMAGES:
             self._live.discard(chunk_id)
-            raise ProjectorBusy(f"{MAX_PREPARED_IMAGES} image chunks wait for the model; "
+            raise ProjectorBusy(f"{MAX_PREPARED_IMAGES} media chunks wait for the model; "
                                 "retry shortly")
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
             self._live.discard(chunk_id)
-            raise ProjectorError("llama.cpp could not keep the image")
+            raise ProjectorError(f"llama.cpp could not keep the {kind}")
         chunk_obj = ImageChunk(copy, n_tokens, key, placeholder_ids(key, n_tokens),
-                               lambda: self._live.discard(chunk_id))
+                               lambda: self._live.discard(chunk_id), kind)
         note_prepared(chunk_obj)
         return chunk_obj
 

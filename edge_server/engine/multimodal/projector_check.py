@@ -23,6 +23,18 @@ _PROJECTOR_TENSORS: dict[str, tuple[str, ...]] = {
     "idefics3": ("mm.model.fc.weight",),  # SmolVLM
     "gemma3": ("mm.input_projection.weight", "mm.soft_emb_norm.weight"),
 }
+# Audio projector types (Whisper-style encoders, 16 kHz log-mel input), with the
+# projection tensors their graphs use unconditionally.
+_AUDIO_PROJECTOR_TENSORS: dict[str, tuple[str, ...]] = {
+    "qwen2a": ("mm.a.fc.weight", "mm.a.fc.bias"),  # Qwen2-Audio
+    "ultravox": ("mm.a.mlp.1.weight", "mm.a.mlp.2.weight", "mm.a.norm_pre.weight",
+                 "mm.a.norm_mid.weight"),
+    "voxtral": ("mm.a.mlp.1.weight", "mm.a.mlp.2.weight"),
+}
+# One Whisper window (30 s, 3000 mel frames) is 1500 positions after the encoder's
+# stride-2 convolution: the graph asserts the position table covers them.
+_AUDIO_POSITIONS = 1500
+_STACKING_AUDIO = ("ultravox", "voxtral")
 _BOOL_KEYS = {"clip.has_vision_encoder", "clip.has_audio_encoder",
               "clip.has_gen_audio_encoder", "clip.use_gelu", "clip.use_silu"}
 _STRING_SUFFIXES = ("projector_type", "mm_patch_merge_type", "model_variant")
@@ -109,6 +121,48 @@ def _check_encoder(reader: GGUFReader, names: set[str], prefix: str, modality: s
                 raise ProjectorError(f"tensor {tensor} is missing")
 
 
+def _check_audio_encoder(reader: GGUFReader, names: set[str], projector_type: str) -> None:
+    """What the Whisper encoder graph asserts or dereferences without a check."""
+    _check_encoder(reader, names, "a", "audio")
+    by_name = {t.name: t for t in reader.tensors}
+    mel_bins = _u32(reader, "clip.audio.num_mel_bins")
+    if not 0 < mel_bins <= 256:
+        raise ProjectorError(f"clip.audio.num_mel_bins {mel_bins} is outside 1..256")
+    for tensor in ("a.conv1d.1.weight", "a.conv1d.1.bias", "a.conv1d.2.weight",
+                   "a.conv1d.2.bias", "a.position_embd.weight"):
+        if tensor not in names:
+            raise ProjectorError(f"tensor {tensor} is missing")
+    conv = [int(d) for d in by_name["a.conv1d.1.weight"].shape]  # (kernel, in, out)
+    if len(conv) < 2 or conv[1] != mel_bins:
+        raise ProjectorError(f"tensor a.conv1d.1.weight does not read {mel_bins} mel bins")
+    positions = [int(d) for d in by_name["a.position_embd.weight"].shape]
+    if len(positions) < 2 or positions[1] < _AUDIO_POSITIONS:
+        raise ProjectorError(f"tensor a.position_embd.weight has fewer than "
+                             f"{_AUDIO_POSITIONS} positions (one 30 s window)")
+    for block in range(_u32(reader, "clip.audio.block_count")):
+        base = f"a.blk.{block}"
+        for tensor in (f"{base}.ln1.weight", f"{base}.ln1.bias", f"{base}.ln2.weight",
+                       f"{base}.ln2.bias", f"{base}.attn_q.bias", f"{base}.attn_v.bias"):
+            if tensor not in names:
+                raise ProjectorError(f"tensor {tensor} is missing")
+        if f"{base}.attn_k.bias" in names:
+            raise ProjectorError(f"tensor {base}.attn_k.bias: a Whisper encoder's key "
+                                 "projection has no bias")
+    if projector_type in _STACKING_AUDIO:
+        stack = _u32(reader, "clip.audio.projector.stack_factor")
+        if not 0 < stack <= 64:
+            raise ProjectorError(f"clip.audio.projector.stack_factor {stack} is outside 1..64")
+
+
+def _projector_type(reader: GGUFReader, modality: str) -> str:
+    key = f"clip.{modality}.projector_type"
+    if key not in reader.fields:
+        key = "clip.projector_type"
+    if key not in reader.fields:
+        raise ProjectorError("metadata clip.projector_type is missing")
+    return str(_scalar(reader, key))
+
+
 def _check_extent(reader: GGUFReader, path: Path) -> None:
     size = path.stat().st_size
     for tensor in reader.tensors:
@@ -121,7 +175,8 @@ def _output_width(reader: GGUFReader, projector_type: str) -> int:
     (numpy shape: output rows first)."""
     by_name = {t.name: t for t in reader.tensors}
     last = {"mlp": "mm.2.weight", "mlp_norm": "mm.2.weight", "idefics3": "mm.model.fc.weight",
-            "gemma3": "mm.input_projection.weight"}[projector_type]
+            "gemma3": "mm.input_projection.weight", "qwen2a": "mm.a.fc.weight",
+            "ultravox": "mm.a.mlp.2.weight", "voxtral": "mm.a.mlp.2.weight"}[projector_type]
     shape = [int(d) for d in by_name[last].shape]  # ggml order: input first
     return shape[0] if projector_type == "gemma3" else shape[-1]
 
@@ -144,25 +199,33 @@ def check_projector(path: Path, model_width: int) -> ProjectorInfo:
         "clip.has_audio_encoder" in reader.fields) else False
     if not vision and not audio:
         raise ProjectorError("the file has neither a vision nor an audio encoder")
-    if audio and not vision:
-        raise ProjectorError("audio-only projectors are not supported by this server yet")
-    kind_key = "clip.vision.projector_type" if "clip.vision.projector_type" in reader.fields \
-        else "clip.projector_type"
-    if kind_key not in reader.fields:
-        raise ProjectorError("metadata clip.projector_type is missing")
-    projector_type = str(_scalar(reader, kind_key))
-    if projector_type not in _PROJECTOR_TENSORS:
-        raise ProjectorError(f"projector type {projector_type!r} is not supported here "
-                             f"(supported: {', '.join(sorted(_PROJECTOR_TENSORS))})")
-    for tensor in _PROJECTOR_TENSORS[projector_type]:
+    kinds = []
+    for modality, wanted, supported in (("vision", vision, _PROJECTOR_TENSORS),
+                                        ("audio", audio, _AUDIO_PROJECTOR_TENSORS)):
+        if not wanted:
+            continue
+        kind = _projector_type(reader, modality)
+        if kind not in supported:
+            raise ProjectorError(f"{modality} projector type {kind!r} is not supported "
+                                 f"here (supported: {', '.join(sorted(supported))})")
+        _check_tensors(names, supported[kind])
+        if modality == "vision":
+            _check_encoder(reader, names, "v", "vision")
+        else:
+            _check_audio_encoder(reader, names, kind)
+        kinds.append(kind)
+    for kind in kinds:
+        width = _output_width(reader, kind)
+        if width != model_width:
+            raise ProjectorError(f"the projector's output width {width} does not match the "
+                                 f"model's embedding width {model_width}")
+    return ProjectorInfo("+".join(kinds), vision, audio, model_width)
+
+
+def _check_tensors(names: set[str], required: tuple[str, ...]) -> None:
+    for tensor in required:
         if tensor not in names:
             raise ProjectorError(f"tensor {tensor} is missing")
-    _check_encoder(reader, names, "v", "vision")
-    width = _output_width(reader, projector_type)
-    if width != model_width:
-        raise ProjectorError(f"the projector's output width {width} does not match the "
-                             f"model's embedding width {model_width}")
-    return ProjectorInfo(projector_type, vision, audio, width)
 
 
 def projector_modalities(path: Path) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from edge_server.api.common.audio_input.audio import check_clip_count, decode_audio_part
 from edge_server.api.common.bounds.prompt_bounds import (
     check_prompt_bytes,
     prompt_size_limit,
@@ -31,7 +32,7 @@ from edge_server.engine.chat_template import (
     TemplateError,
     TemplateTooLong,
 )
-from edge_server.engine.multimodal.projector import RgbImage
+from edge_server.engine.multimodal.projector import Media
 from edge_server.engine.request import ImageSpan
 
 
@@ -43,13 +44,21 @@ class ChatPrompt:
 
 
 class _Images:
-    """Images of a chat's content parts, decoded and checked; each stands in the text
-    as a sentinel no caller can write (a per-request random name)."""
+    """Images and audio clips of a chat's content parts, decoded and checked; each
+    stands in the text as a sentinel no caller can write (a per-request random name)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.by_sentinel: dict[str, RgbImage] = {}
+        self.by_sentinel: dict[str, Media] = {}
         self._nonce = secrets.token_hex(8)
+
+    def audio_sentinel(self, part: Any, param: str) -> str:
+        assert self.engine.projector is not None  # _check_media refused it otherwise
+        clip = decode_audio_part(part, self.engine.settings.audio_limits,
+                                 self.engine.projector.sample_rate, param)
+        key = f"\ue000audio-{self._nonce}-{len(self.by_sentinel)}\ue001"
+        self.by_sentinel[key] = clip
+        return key
 
     def sentinel(self, url: Any, param: str) -> str:
         if isinstance(url, dict):
@@ -65,7 +74,8 @@ class _Images:
 
 def _check_media(messages: list[ChatMessage], engine: Engine) -> None:
     """Refuses, by name, content parts this model cannot read, before any is decoded."""
-    count = 0
+    count = clips = 0
+    reads = engine.modalities
     for i, message in enumerate(messages):
         if isinstance(message.content, str) or message.content is None:
             continue
@@ -73,17 +83,19 @@ def _check_media(messages: list[ChatMessage], engine: Engine) -> None:
             param = f"messages[{i}].content[{j}].{part.type}"
             if part.type in ("text", "file"):
                 continue
-            if part.type == "image_url" and "image" in engine.modalities:
-                count += 1
-                continue
             if part.type == "video_url":
                 raise unsupported(param, "is not supported: send frames as images")
-            if part.type == "input_audio" and engine.projector is not None:
-                raise unsupported(param, "needs a model whose projector reads audio; this "
-                                  "server reads images only")
-            raise unsupported(
-                param, "needs a model with a multimodal projector; this one is text-only")
+            kind = "image" if part.type == "image_url" else "audio"
+            if kind in reads:
+                count += kind == "image"
+                clips += kind == "audio"
+                continue
+            raise unsupported(param, f"needs a model that reads {kind}: model "
+                              f"{engine.model_id!r} "
+                              + ("is text-only" if not reads
+                                 else f"reads {' and '.join(reads)} besides text"))
     check_image_count(count, engine.settings.image_limits, "messages")
+    check_clip_count(clips, engine.settings.audio_limits, "messages")
 
 
 def _message_text(message: ChatMessage, index: int, images: _Images | None) -> str:
@@ -99,6 +111,11 @@ def _message_text(message: ChatMessage, index: int, images: _Images | None) -> s
                 raise invalid(f"messages[{index}].content[{j}]", "images are not read here")
             texts.append(images.sentinel(part.image_url,
                                          f"messages[{index}].content[{j}].image_url"))
+        elif part.type == "input_audio":
+            if images is None:
+                raise invalid(f"messages[{index}].content[{j}]", "audio is not read here")
+            texts.append(images.audio_sentinel(
+                part.input_audio, f"messages[{index}].content[{j}].input_audio"))
         elif part.type == "file":
             file = part.file if isinstance(part.file, dict) else {}
             data, name = file.get("file_data"), file.get("filename")
@@ -196,7 +213,7 @@ def render_chat(
     *,
     add_generation_prompt: bool = True,
     template_kwargs: dict[str, Any] | None = None,
-) -> tuple[RenderedChat, dict[str, RgbImage]]:
+) -> tuple[RenderedChat, dict[str, Media]]:
     """The model's chat template applied to the messages, and the images standing in the
     text as sentinels (checked and decoded, not yet evaluated). `template_kwargs`: the
     variables the caller asked the template for (chat_template_kwargs and the like)."""
@@ -225,13 +242,13 @@ def render_chat(
 
 
 # A chat's messages rendered (render_chat, with the request's tools and template settings).
-PromptRender = Callable[[list[ChatMessage]], tuple[RenderedChat, dict[str, RgbImage]]]
+PromptRender = Callable[[list[ChatMessage]], tuple[RenderedChat, dict[str, Media]]]
 # How a request's messages become its prompt, given how to render messages: by default
 # chat_prompt of the rendered messages.
 MakePrompt = Callable[[list[ChatMessage], PromptRender], ChatPrompt]
 
 
-def chat_prompt(rendered: RenderedChat, images: dict[str, RgbImage],
+def chat_prompt(rendered: RenderedChat, images: dict[str, Media],
                 engine: Engine) -> ChatPrompt:
     """A rendered chat (render_chat) as the prompt tokens the model evaluates."""
     if not images:
@@ -244,7 +261,7 @@ def chat_prompt(rendered: RenderedChat, images: dict[str, RgbImage],
     return ChatPrompt(rendered.text, prompt.tokens, prompt.images)
 
 
-def shown_text(rendered: RenderedChat, images: dict[str, RgbImage]) -> str:
+def shown_text(rendered: RenderedChat, images: dict[str, Media]) -> str:
     """A rendered chat as llama-server's /apply-template shows it: caller strings as
     written, each image as the media marker."""
     text = rendered.text

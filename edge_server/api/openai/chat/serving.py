@@ -62,7 +62,7 @@ from edge_server.api.openai.chat.tool_parsers import FORCED, format_for_template
 from edge_server.api.openai.chat.tool_schema import call_grammar
 from edge_server.engine import Engine, GenerationRequest
 from edge_server.engine.chat_template import RenderedChat
-from edge_server.engine.multimodal.projector import RgbImage
+from edge_server.engine.multimodal.projector import Media
 from edge_server.engine.request import RequestHandle
 
 
@@ -178,7 +178,7 @@ def prepare(req: ChatCompletionRequest, engine: Engine,
         fmt = fmt if grammar is not None else FORCED
         sampling = dataclasses.replace(sampling, grammar=grammar or call_grammar(tools))
 
-    def render(messages: list[ChatMessage]) -> tuple[RenderedChat, dict[str, RgbImage]]:
+    def render(messages: list[ChatMessage]) -> tuple[RenderedChat, dict[str, Media]]:
         return render_chat(messages, engine, tools, template_kwargs=req.template_kwargs)
 
     truncated = Truncated()

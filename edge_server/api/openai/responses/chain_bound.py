@@ -6,7 +6,8 @@ its text is at most that many bytes. The store keeps it as JSON items with ids a
 statuses, and JSON escapes some characters: four times the text, plus a little, holds
 any conversation the model can render. Images count apart, as the image limits bound
 them: a conversation holds at most `max_images` (each request renders all of its
-conversation's images), each at most `max_image_mb` before base64.
+conversation's images), each at most `max_image_mb` before base64; audio clips likewise
+(at most `max_clips`, each at most `max_audio_mb`).
 
 Unknown fields are dropped before anything is stored (protocol.py), so the bound is met
 by every conversation the model could take; one past it cannot be rendered at all, and
@@ -29,6 +30,9 @@ def chain_limit(engine: Engine) -> int:
     if "image" in engine.modalities:
         images = engine.settings.image_limits
         limit += images.max_images * (images.max_bytes * 4 // 3 + 1024)
+    if "audio" in engine.modalities:
+        audio = engine.settings.audio_limits
+        limit += audio.max_clips * (audio.max_bytes * 4 // 3 + 1024)
     return limit
 
 

@@ -37,10 +37,11 @@ def output_marker(response_id: str) -> str:
     return f"{MARK_OPEN}{response_id}{MARK_CLOSE}"
 
 
-def chat_messages(req: ResponsesRequest, turns: list[dict[str, Any]], reads_images: bool,
+def chat_messages(req: ResponsesRequest, turns: list[dict[str, Any]], reads: tuple[str, ...],
                   *, marked: bool = False) -> list[ChatMessage]:
     """`turns`: the stored conversation the request continues (store.StoredResponse);
-    `reads_images`: the model has a projector, so `input_image` parts are served."""
+    `reads`: what the model reads besides text ("image", "audio"), so which of
+    `input_image` and `input_audio` parts are served."""
     out: list[ChatMessage] = []
     if req.instructions:
         out.append(ChatMessage(role="system", content=req.instructions))
@@ -48,26 +49,26 @@ def chat_messages(req: ResponsesRequest, turns: list[dict[str, Any]], reads_imag
         # Validated when they were stored: an error here (a model that reads no images,
         # say) names the field that brought them.
         _append(out, _STORED_ITEMS.validate_python(turn["input"]),
-                lambda _: "previous_response_id", reads_images)
+                lambda _: "previous_response_id", reads)
         if marked:
             out.append(ChatMessage(role="assistant", content=output_marker(turn["id"])))
         else:
             _append(out, _STORED_ITEMS.validate_python(turn["output"]),
-                    lambda _: "previous_response_id", reads_images)
+                    lambda _: "previous_response_id", reads)
     items = [MessageItem(role="user", content=req.input)] if isinstance(req.input, str) \
         else req.input
-    _append(out, items, lambda i: f"input[{i}]", reads_images)
+    _append(out, items, lambda i: f"input[{i}]", reads)
     if not any(m.role != "system" for m in out):
         raise invalid("input", "`input` needs at least one message")
     return out
 
 
 def _append(out: list[ChatMessage], items: Sequence[BaseModel], name: Callable[[int], str],
-            reads_images: bool) -> None:
+            reads: tuple[str, ...]) -> None:
     for i, item in enumerate(items):
         if isinstance(item, MessageItem):
             out.append(ChatMessage(role=item.role, content=_content(
-                item.content, f"{name(i)}.content", reads_images)))
+                item.content, f"{name(i)}.content", reads)))
         elif isinstance(item, FunctionCallItem):
             call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name,
                                                                    arguments=item.arguments))
@@ -90,20 +91,32 @@ def _append(out: list[ChatMessage], items: Sequence[BaseModel], name: Callable[[
                 raise unsupported(f"{name(i)}.type", f"({kind!r}) is not served")
 
 
-def _content(parts: str | list[InputPart], where: str, reads_images: bool
+_MEDIA_PARTS = {"input_image": "image", "input_audio": "audio"}
+
+
+def _content(parts: str | list[InputPart], where: str, reads: tuple[str, ...]
              ) -> str | list[ContentPart]:
     """A message's content as chat takes it: its text, or, once it holds an
-    `input_image`, its parts in order (image_url parts for the images)."""
-    if isinstance(parts, str) or not any(p.type == "input_image" for p in parts):
+    `input_image` or `input_audio`, its parts in order (image_url and input_audio parts
+    for the media)."""
+    if isinstance(parts, str) or not any(p.type in _MEDIA_PARTS for p in parts):
         return _part_text(parts, where)
     out = []
     for j, part in enumerate(parts):
-        if part.type != "input_image":
+        if part.type not in _MEDIA_PARTS:
             out.append(ContentPart(type="text", text=_part_text([part], f"{where}[{j}]")))
             continue
-        if not reads_images:
-            raise unsupported(f"{where}[{j}]", "needs a model with a multimodal projector; "
-                              "this one is text-only")
+        kind = _MEDIA_PARTS[part.type]
+        if kind not in reads:
+            raise unsupported(f"{where}[{j}]", f"needs a model that reads {kind}; this one "
+                              + ("is text-only" if not reads else f"reads {' and '.join(reads)}"
+                                 " besides text"))
+        if part.type == "input_audio":
+            if not isinstance(part.input_audio, dict):
+                raise invalid(f"{where}[{j}].input_audio",
+                              "needs {\"data\": base64 audio, \"format\": \"wav\"}")
+            out.append(ContentPart(type="input_audio", input_audio=part.input_audio))
+            continue
         if part.image_url is None:
             raise unsupported(f"{where}[{j}]", "needs `image_url` (a data URL); file_id "
                               "needs stored files, which this server does not keep")
@@ -124,6 +137,6 @@ def _part_text(parts: str | list[InputPart], where: str) -> str:
         text = part.refusal if part.type == "refusal" else part.text
         if part.type not in _TEXT_PARTS or not isinstance(text, str):
             raise unsupported(f"{where}[{j}]", f"(type `{part.type[:64]}`) is not served: "
-                              "only text, image and file parts are")
+                              "only text, image, audio and file parts are")
         texts.append(text)
     return "\n".join(texts)

@@ -33,8 +33,8 @@ ItemStatus = Annotated[str, Field(max_length=32)]
 
 
 class InputPart(BaseModel):
-    """A content part; text, image and file parts are served (the others are refused by
-    name)."""
+    """A content part; text, image, audio and file parts are served (the others are
+    refused by name)."""
 
     model_config = _KNOWN_ONLY
     type: str = Field(max_length=64)
@@ -42,6 +42,8 @@ class InputPart(BaseModel):
     refusal: str | None = None  # a refusal an assistant turn replays
     image_url: str | None = None  # input_image: a data URL, or an http(s) one
     detail: str | None = Field(default=None, max_length=16)
+    # input_audio: {"data": base64 audio, "format": "wav" | "mp3" | "flac" | "ogg"}
+    input_audio: dict[str, Any] | None = None
     # input_file: a data URL of a text or PDF file (common/documents.py), and its name;
     # file_id and file_url are refused by name.
     file_data: str | None = None

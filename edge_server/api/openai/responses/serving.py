@@ -114,13 +114,13 @@ def _tools(req: ResponsesRequest) -> list[Tool] | None:
     return tools
 
 
-def to_chat(req: ResponsesRequest, reads_images: bool = False,
+def to_chat(req: ResponsesRequest, reads: tuple[str, ...] = (),
             messages: list[ChatMessage] | None = None) -> ChatCompletionRequest:
     """The chat request a Responses request means (its fields checked by check_fields);
-    `reads_images`: the model has a projector, so `input_image` parts are served;
+    `reads`: what the model reads besides text ("image", "audio": Engine.modalities);
     `messages`: the conversation (default: the request's own, conversation.chat_messages)."""
     if messages is None:
-        messages = chat_messages(req, [], reads_images)
+        messages = chat_messages(req, [], reads)
     choice: Any = req.tool_choice
     if choice is not None and not isinstance(choice, str):
         if choice.type != "function" or not choice.name:
@@ -167,7 +167,7 @@ class _Turn:
 
 
 def _prepare(req: ResponsesRequest, engine: Engine, previous: StoredResponse | None) -> _Turn:
-    reads_images = "image" in engine.modalities
+    reads = engine.modalities
     turns = previous.turns if previous else []
     kept_input = stored_input(req)
     # Before any rendering: a conversation past what the model could render is refused
@@ -175,10 +175,10 @@ def _prepare(req: ResponsesRequest, engine: Engine, previous: StoredResponse | N
     check_chain(engine, previous.chain_bytes if previous else 0, len(dumps(kept_input)),
                 chained=previous is not None)
     try:
-        messages = chat_messages(req, turns, reads_images)
-        marked = chat_messages(req, turns, reads_images, marked=True) if turns else None
+        messages = chat_messages(req, turns, reads)
+        marked = chat_messages(req, turns, reads, marked=True) if turns else None
         continuing = Continuing(engine, marked, previous)
-        prepared = prepare(to_chat(req, reads_images, messages), engine, continuing)
+        prepared = prepare(to_chat(req, reads, messages), engine, continuing)
     except APIError as exc:
         raise _renamed(exc) from exc
     if previous is not None:
