@@ -48,6 +48,7 @@ from edge_server.api.openai.completions.protocol import CompletionRequest, Compl
 from edge_server.api.openai.embeddings.protocol import EmbeddingRequest, EmbeddingResponse
 from edge_server.api.openai.models import HealthResponse, ModelCard, ModelList
 from edge_server.api.openai.responses.protocol import (
+    CompactedResponse,
     DeletedResponse,
     InputItemList,
     InputTokens,
@@ -111,6 +112,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "countResponseInputTokens", "Input tokens a Responses request would evaluate (its "
         "conversation, instructions and tools included); nothing is generated or stored",
         ResponsesRequest, InputTokens, errors=_MODEL_ERRORS,
+        not_found="Unknown model, or unknown previous_response_id"),
+    ("POST", "/v1/responses/compact"): Operation(
+        "compactResponse", "A conversation shrunk to its user messages and one compaction "
+        "item, the model's summary of the rest (send the output as a later `input`); "
+        "nothing is stored", ResponsesRequest, CompactedResponse, errors=_MODEL_ERRORS,
         not_found="Unknown model, or unknown previous_response_id"),
     ("GET", "/v1/responses/{response_id}"): Operation(
         "getResponse", "A stored response, as it was answered", response=ResponseObject,

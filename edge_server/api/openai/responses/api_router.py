@@ -1,5 +1,5 @@
-"""HTTP routes of /v1/responses: create, and (with a store) retrieve, delete and list
-the input items of stored responses."""
+"""HTTP routes of /v1/responses: create, count input tokens, compact, and (with a store)
+retrieve, delete and list the input items of stored responses."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from edge_server.api.common.image_input.image_fetch import fetch_image_urls, fet
 from edge_server.api.http.dependencies import leased_model, off_loop, parse_body
 from edge_server.api.http.errors import APIError, from_validation_error, invalid
 from edge_server.api.http.guards.auth import tenant_of
+from edge_server.api.openai.responses.compact_serving import check_compact_fields, compact
 from edge_server.api.openai.responses.items import input_items, page
 from edge_server.api.openai.responses.protocol import ITEM_TAGS, ResponsesRequest
 from edge_server.api.openai.responses.serving import ResponsesServing, check_fields
@@ -105,6 +106,21 @@ async def count_input_tokens(request: Request) -> Response:
         return lease.answer(answer)
 
 
+async def compact_conversation(request: Request) -> Response:
+    body = await parse_body(request, ResponsesRequest, on_invalid=_named)
+    check_fields(body, stateful=_store(request) is not None)
+    check_compact_fields(body)
+    previous = None
+    if body.previous_response_id is not None:
+        previous = await _conversation(request, body.previous_response_id,
+                                       "previous_response_id")
+    stored = previous.turns if previous is not None else None
+    async with leased_model(request, body.model) as lease:
+        with fetched_images(await fetch_image_urls(body, lease.engine, also=stored)):
+            answer = await compact(body, lease.engine, request, previous)
+        return lease.answer(answer)
+
+
 async def retrieve_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     store = _store(request)
@@ -156,6 +172,7 @@ def _page_json(turns: list[dict[str, Any]], after: str | None, limit: int,
 routes = [
     Route("/v1/responses", create_response, methods=["POST"]),
     Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
+    Route("/v1/responses/compact", compact_conversation, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

@@ -18,7 +18,9 @@ from pydantic import BaseModel, TypeAdapter
 from edge_server.api.common.documents import file_text
 from edge_server.api.http.errors import invalid, unsupported
 from edge_server.api.openai.chat.protocol import ChatMessage, ContentPart, FunctionCall, ToolCall
+from edge_server.api.openai.responses.compaction import summary_message, unseal
 from edge_server.api.openai.responses.protocol import (
+    CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
@@ -77,6 +79,9 @@ def _append(out: list[ChatMessage], items: Sequence[BaseModel], name: Callable[[
                 last.tool_calls = [*(last.tool_calls or []), call]
             else:
                 out.append(ChatMessage(role="assistant", content=None, tool_calls=[call]))
+        elif isinstance(item, CompactionItem):
+            out.append(summary_message(unseal(item.encrypted_content,
+                                              f"{name(i)}.encrypted_content")))
         elif isinstance(item, FunctionCallOutputItem):
             text = _part_text(item.output, f"{name(i)}.output")
             out.append(ChatMessage(role="tool", content=text, tool_call_id=item.call_id))

@@ -80,6 +80,17 @@ class FunctionCallOutputItem(BaseModel):
     output: str | Annotated[list[InputPart], Field(max_length=MAX_CONTENT_PARTS)]
 
 
+class CompactionItem(BaseModel):
+    """A compaction item as POST /v1/responses/compact writes it: the conversation so
+    far as the model summarised it, opaque to clients (compaction.py)."""
+
+    model_config = _KNOWN_ONLY
+    type: Literal["compaction"]
+    id: ItemId | None = None
+    encrypted_content: str = Field(min_length=1, max_length=1 << 20)
+    created_by: str | None = Field(default=None, max_length=256)
+
+
 class OtherItem(BaseModel):
     """Any other item type: reasoning items are skipped (their text is not replayed, nor
     stored), the rest are refused by name."""
@@ -93,7 +104,8 @@ def _item_kind(value: Any) -> str:
     if not isinstance(value, dict):
         return "other"
     kind = value.get("type", "message" if "role" in value else None)
-    return kind if kind in ("message", "function_call", "function_call_output") else "other"
+    return kind if kind in ("message", "function_call", "function_call_output",
+                            "compaction") else "other"
 
 
 # Tagged by `type` so that an error names the field of the item's own kind.
@@ -101,10 +113,11 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CompactionItem, Tag("compaction")]
     | Annotated[OtherItem, Tag("other")],
     Discriminator(_item_kind),
 ]
-ITEM_TAGS = ("message", "function_call", "function_call_output", "other")
+ITEM_TAGS = ("message", "function_call", "function_call_output", "compaction", "other")
 
 
 class FunctionTool(BaseModel):
@@ -191,6 +204,17 @@ class Usage(BaseModel):
     output_tokens: int
     output_tokens_details: dict[str, int]
     total_tokens: int
+
+
+class CompactedResponse(BaseModel):
+    """POST /v1/responses/compact's answer: every user message of the conversation, then
+    one compaction item standing for all the rest."""
+
+    id: str
+    object: Literal["response.compaction"] = "response.compaction"
+    created_at: int
+    output: list[dict[str, Any]]
+    usage: Usage
 
 
 class IncompleteDetails(BaseModel):

@@ -144,7 +144,7 @@ def to_chat(req: ResponsesRequest, reads: tuple[str, ...] = (),
         raise invalid("input", f"Invalid input: {exc.errors()[0].get('msg', '')}") from exc
 
 
-def _renamed(exc: APIError) -> APIError:
+def renamed(exc: APIError) -> APIError:
     """An error of the chat layer, naming the field as this API calls it."""
     param = exc.param or ""
     for chat, ours in _PARAMS.items():
@@ -180,7 +180,7 @@ def _prepare(req: ResponsesRequest, engine: Engine, previous: StoredResponse | N
         continuing = Continuing(engine, marked, previous)
         prepared = prepare(to_chat(req, reads, messages), engine, continuing)
     except APIError as exc:
-        raise _renamed(exc) from exc
+        raise renamed(exc) from exc
     if previous is not None:
         log.debug("previous_response_id %s: %s", previous.id, "its tokens continued"
                   if continuing.continued else "the conversation rendered whole")
